@@ -62,6 +62,8 @@ def canonical_benchmark(name: object) -> str:
     key = re.sub(r"\|\d+$", "", key)
     if key in _ALIAS_TO_CANONICAL:
         return _ALIAS_TO_CANONICAL[key]
+    if key.startswith("mmlu_pro") or key.startswith("mmlu-pro"):
+        return stripped  # MMLU-Pro is a different benchmark, not an MMLU subject
     if key.startswith(("mmlu_", "hendrycks_test-", "harness|hendrycks_test-", "harness|hendryckstest-")):
         return "mmlu"
     return stripped

@@ -63,6 +63,13 @@ class EmptyMatrixError(ValueError):
     """No usable model (with a target score) or no item for the benchmark."""
 
 
+def _rank_of_code(categories: pl.Categories) -> tuple[list[str], pl.Series]:
+    """The category strings sorted, and for each physical code its position in that sorted list."""
+    names = categories.to_series()
+    order = names.arg_sort()
+    return names.gather(order).to_list(), order.arg_sort().cast(pl.UInt32)
+
+
 def build_matrix(responses: pl.DataFrame | pl.LazyFrame, scores: pl.DataFrame | pl.LazyFrame | None,
                  benchmark: str) -> ResponseMatrix:
     """Build the matrix of ``benchmark`` from long ``responses`` (model, benchmark, item_id, score)
@@ -70,36 +77,57 @@ def build_matrix(responses: pl.DataFrame | pl.LazyFrame, scores: pl.DataFrame | 
 
     Target per model: the reported score when given; otherwise the row mean, but only for a complete
     row (a partial row's mean is a biased estimate of nothing in particular); other models are
-    dropped and listed in ``dropped_models``.
+    dropped and listed in ``dropped_models``. Models and items are sorted ascending (byte order of
+    their text), so the same data always gives the same matrix.
+
+    ``responses`` may be a LazyFrame (``pl.scan_parquet``, :meth:`Store.load_long`): the benchmark
+    filter is pushed into the scan and one streaming pass collects only integer codes and float32
+    scores, never the id strings of every row; at leaderboard scale (7,000 x 14,000 = 98 M rows)
+    the strings alone would take 5-6 GB. Ids are coded by casting to a private ``Categorical``
+    (codes in order of appearance), then mapped to their sorted positions through two small
+    lookup tables. Rows with a null id or a null/NaN score are not observations and are left out;
+    a duplicated cell keeps one of its values.
     """
-    resp = (
+    model_cats, item_cats = pl.Categories.random(), pl.Categories.random()
+    coded = (
         responses.lazy()
         .filter(pl.col("benchmark") == benchmark)
-        .select("model", "item_id", pl.col("score").cast(pl.Float32))
-        .collect()
+        .filter(pl.col("model").is_not_null() & pl.col("item_id").is_not_null()
+                & pl.col("score").is_not_null() & pl.col("score").cast(pl.Float32).is_not_nan())
+        .select(pl.col("model").cast(pl.String).cast(pl.Categorical(model_cats)),
+                pl.col("item_id").cast(pl.String).cast(pl.Categorical(item_cats)),
+                pl.col("score").cast(pl.Float32))
+        .collect(engine="streaming")
     )
-    if resp.height == 0:
+    if coded.height == 0:
         raise EmptyMatrixError(f"benchmark {benchmark!r} has no responses")
-    models = resp.get_column("model").unique().sort()
-    items = resp.get_column("item_id").unique().sort()
-    model_idx = pl.DataFrame({"model": models, "row": np.arange(len(models), dtype=np.int64)})
-    item_idx = pl.DataFrame({"item_id": items, "col": np.arange(len(items), dtype=np.int64)})
-    coded = resp.join(model_idx, on="model").join(item_idx, on="item_id")
-    rows = coded.get_column("row").to_numpy()
-    cols = coded.get_column("col").to_numpy()
-    values = np.zeros((len(models), len(items)), dtype=np.float32)
-    observed = np.zeros((len(models), len(items)), dtype=bool)
-    values[rows, cols] = coded.get_column("score").to_numpy()
-    observed[rows, cols] = True
+    # the Categories hold exactly this benchmark's ids (fresh, and the frame keeps them alive)
+    models, model_rank = _rank_of_code(model_cats)
+    items, item_rank = _rank_of_code(item_cats)
+    n_models, n_items = len(models), len(items)
+    flat_dtype = pl.UInt32 if n_models * n_items < 2**32 else pl.UInt64
+    cells = coded.select(
+        (pl.lit(model_rank).gather(pl.col("model").to_physical()).cast(flat_dtype)
+         * pl.lit(n_items, dtype=flat_dtype)
+         + pl.lit(item_rank).gather(pl.col("item_id").to_physical()).cast(flat_dtype)).alias("cell"),
+        "score",
+    )
+    del coded
+    # one scatter: NaN marks "not observed", so the mask needs no second scatter
+    values = np.full((n_models, n_items), np.nan, dtype=np.float32)
+    values.reshape(-1)[cells.get_column("cell").to_numpy()] = cells.get_column("score").to_numpy()
+    del cells
+    observed = ~np.isnan(values)
+    values[~observed] = 0.0
 
-    reported = np.full(len(models), np.nan, dtype=np.float64)
+    reported = np.full(n_models, np.nan, dtype=np.float64)
     if scores is not None:
         sc = (
             scores.lazy()
             .filter(pl.col("benchmark") == benchmark)
-            .select("model", pl.col("score").cast(pl.Float64).alias("target"))
+            .select(pl.col("model").cast(pl.String), pl.col("score").cast(pl.Float64).alias("target"))
             .collect()
-            .join(model_idx, on="model")
+            .join(pl.DataFrame({"model": models, "row": np.arange(n_models, dtype=np.int64)}), on="model")
         )
         reported[sc.get_column("row").to_numpy()] = sc.get_column("target").to_numpy()
     complete = observed.all(axis=1)
@@ -107,17 +135,18 @@ def build_matrix(responses: pl.DataFrame | pl.LazyFrame, scores: pl.DataFrame | 
     has_reported = ~np.isnan(reported)
     target = np.where(has_reported, reported, np.where(complete, row_mean, np.nan))
     keep = ~np.isnan(target)
-    model_list = models.to_list()
     if not keep.any():
         raise EmptyMatrixError(f"benchmark {benchmark!r}: no model has a reported score or a complete row")
     source = np.where(has_reported, "reported", "row_mean")
+    if not keep.all():  # the usual case keeps every row and copies nothing
+        values, observed = values[keep], observed[keep]
     return ResponseMatrix(
         benchmark=benchmark,
-        models=[m for m, k in zip(model_list, keep, strict=True) if k],
-        items=items.to_list(),
-        values=values[keep],
-        observed=observed[keep],
+        models=[m for m, k in zip(models, keep, strict=True) if k],
+        items=items,
+        values=values,
+        observed=observed,
         scores=target[keep].astype(np.float32),
         score_source=source[keep].tolist(),
-        dropped_models=[m for m, k in zip(model_list, keep, strict=True) if not k],
+        dropped_models=[m for m, k in zip(models, keep, strict=True) if not k],
     )

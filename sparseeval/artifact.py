@@ -1,0 +1,241 @@
+"""A published predictor as a versioned folder: ``predictor.json`` + ``state.pt``.
+
+Why a folder and not a pickle: ``predictor.json`` is readable and diffable (anchors with their
+lm-eval task and doc id, calibration, what it was trained on), ``state.pt`` holds only tensors and
+plain values (``torch.load(weights_only=True)`` can read it, nothing executes). The content hash
+(sha256 over the canonical JSON and the state bytes) is the predictor's version: equal content
+means an equal hash, so re-publishing the same predictor changes nothing, and any edit to either
+file is detected at load time instead of silently producing wrong scores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import sparseeval
+from sparseeval.benchmarks import HARNESS_TASKS
+from sparseeval.methods.base import AnchorEstimator
+
+FORMAT = "sparseeval-predictor"
+FORMAT_VERSION = 1
+META_FILE = "predictor.json"
+STATE_FILE = "state.pt"
+
+
+class ArtifactError(ValueError):
+    """A predictor folder that cannot be loaded: missing files, wrong format, or tampered content."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
+
+
+@dataclass(frozen=True)
+class AnchorInfo:
+    """One anchor: its position in the predictor's input, its matrix column, and where to run it."""
+
+    position: int
+    column: int
+    item_id: str
+    task: str | None  #: lm-evaluation-harness task name (None: not runnable by the harness)
+    doc_id: int | None  #: document index within that task
+
+
+@dataclass(frozen=True)
+class PredictorArtifact:
+    """A fitted estimator with everything needed to score, export and audit it."""
+
+    estimator: AnchorEstimator
+    benchmark: str
+    item_ids: list[str]
+    anchors: list[AnchorInfo]
+    calibration: dict[str, Any]
+    train_models: dict[str, Any]
+    library_version: str
+    content_hash: str = ""
+    folder: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def k(self) -> int:
+        return len(self.anchors)
+
+    @property
+    def method(self) -> str:
+        return self.estimator.method
+
+    @property
+    def anchor_item_ids(self) -> list[str]:
+        return [a.item_id for a in self.anchors]
+
+    def harness_samples(self) -> dict[str, list[int]]:
+        """``{task: [doc indices]}`` for lm-eval ``--samples`` (anchors without a task are left out)."""
+        out: dict[str, list[int]] = {}
+        for a in self.anchors:
+            if a.task is not None and a.doc_id is not None:
+                out.setdefault(a.task, []).append(a.doc_id)
+        return {task: sorted(set(ids)) for task, ids in out.items()}
+
+    def save(self, folder: str | Path) -> PredictorArtifact:
+        """Write this artifact to ``folder`` (see :func:`save_predictor`)."""
+        return save_predictor(folder, estimator=self.estimator, benchmark=self.benchmark,
+                              item_ids=self.item_ids, train_models=self.train_models,
+                              calibration=self.calibration,
+                              harness_task={a.item_id: (a.task, a.doc_id) for a in self.anchors},
+                              extra=self.extra)
+
+
+def harness_location(benchmark: str, item_id: str) -> tuple[str | None, int | None]:
+    """lm-eval task name and doc index of an item.
+
+    Leaderboard benchmarks map to their harness task (``arc`` -> ``arc_challenge``); MMLU items
+    ``subject.index`` map to task ``mmlu_<subject>``; any other benchmark is taken to be a harness
+    task of the same name with the item id as doc index (what the lm-eval reader produces).
+    """
+    if benchmark == "mmlu":
+        subject, _, index = item_id.rpartition(".")
+        if subject and index.isdigit():
+            return f"mmlu_{subject}", int(index)
+        return None, None
+    task = HARNESS_TASKS.get(benchmark, benchmark)
+    return (task, int(item_id)) if item_id.isdigit() else (None, None)
+
+
+def _state_bytes(estimator: AnchorEstimator) -> bytes:
+    buf = io.BytesIO()
+    torch.save(estimator.get_state(), buf)
+    return buf.getvalue()
+
+
+def _canonical(meta: dict[str, Any]) -> bytes:
+    return json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _hash(meta: dict[str, Any], state: bytes) -> str:
+    body = {k: v for k, v in meta.items() if k != "content_hash"}
+    return "sha256:" + hashlib.sha256(_canonical(body) + b"\0" + state).hexdigest()
+
+
+def build_anchors(estimator: AnchorEstimator, benchmark: str, item_ids: list[str],
+                  harness_task: dict[str, tuple[str | None, int | None]] | None = None) -> list[AnchorInfo]:
+    """Anchor descriptions of a fitted estimator: matrix column, item id, harness task and doc id."""
+    if estimator.anchors_ is None:
+        raise ValueError("cannot save an unfitted estimator")
+    anchors = []
+    for pos, col in enumerate(estimator.anchors_.tolist()):
+        if not 0 <= col < len(item_ids):
+            raise ValueError(f"anchor column {col} is outside the {len(item_ids)} item ids")
+        item = item_ids[col]
+        task, doc = (harness_task or {}).get(item) or harness_location(benchmark, item)
+        anchors.append(AnchorInfo(pos, int(col), item, task, doc))
+    return anchors
+
+
+def save_predictor(folder: str | Path, *, estimator: AnchorEstimator, benchmark: str, item_ids: list[str],
+                   train_models: dict[str, Any], calibration: dict[str, Any],
+                   harness_task: dict[str, tuple[str | None, int | None]] | None = None,
+                   library_version: str | None = None,
+                   extra: dict[str, Any] | None = None) -> PredictorArtifact:
+    """Write the predictor folder atomically and return the saved artifact.
+
+    ``item_ids``: all matrix items (``estimator.anchors_`` index into them); ``harness_task``:
+    optional override item id -> (task, doc id), default :func:`harness_location`. The folder is
+    written to a temporary sibling and renamed into place, so a reader never sees half a predictor;
+    if ``folder`` already holds the same content hash nothing is rewritten (idempotent).
+    """
+    folder = Path(folder)
+    anchors = build_anchors(estimator, benchmark, list(item_ids), harness_task)
+    version = library_version or sparseeval.__version__
+    meta: dict[str, Any] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "library_version": version,
+        "benchmark": benchmark,
+        "method": estimator.method,
+        "k": len(anchors),
+        "item_ids": list(item_ids),
+        "anchors": [a.__dict__ for a in anchors],
+        "train_models": train_models,
+        "calibration": calibration,
+        "extra": extra or {},
+    }
+    state = _state_bytes(estimator)
+    meta["content_hash"] = _hash(meta, state)
+    artifact = PredictorArtifact(estimator=estimator, benchmark=benchmark, item_ids=list(item_ids),
+                                 anchors=anchors, calibration=calibration, train_models=train_models,
+                                 library_version=version, content_hash=meta["content_hash"],
+                                 folder=folder, extra=extra or {})
+    existing = folder / META_FILE
+    if existing.is_file():
+        try:
+            if json.loads(existing.read_text()).get("content_hash") == meta["content_hash"]:
+                load_predictor(folder)  # same version, and intact: nothing to do
+                return artifact
+        except (ValueError, ArtifactError):
+            pass  # unreadable or tampered: replace it
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        (tmp / STATE_FILE).write_bytes(state)
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True, allow_nan=False) + "\n")
+        if folder.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
+            os.replace(folder, old / folder.name)
+            os.replace(tmp, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return artifact
+
+
+def load_predictor(folder: str | Path) -> PredictorArtifact:
+    """Read a predictor folder, verify its content hash, and rebuild the estimator.
+
+    Raises :class:`ArtifactError` naming the folder when a file is missing, the format is unknown,
+    or the hash does not match (an edited anchor list or state would silently mis-score models).
+    """
+    import sparseeval.methods  # noqa: F401  (registers every method so from_state can find it)
+
+    folder = Path(folder)
+    meta_path, state_path = folder / META_FILE, folder / STATE_FILE
+    if not meta_path.is_file() or not state_path.is_file():
+        raise ArtifactError(folder, f"not a predictor folder (needs {META_FILE} and {STATE_FILE})")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactError(meta_path, f"not valid JSON: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ArtifactError(meta_path, f"not a {FORMAT} file")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(meta_path, f"format version {meta.get('format_version')} is not supported "
+                                       f"(this library reads version {FORMAT_VERSION})")
+    state_raw = state_path.read_bytes()
+    if _hash(meta, state_raw) != meta.get("content_hash"):
+        raise ArtifactError(folder, "content hash mismatch: predictor.json or state.pt was modified "
+                                    "after publishing; refusing to use it")
+    state = torch.load(io.BytesIO(state_raw), weights_only=True)
+    try:
+        estimator = AnchorEstimator.from_state(state)
+    except ValueError as exc:
+        raise ArtifactError(folder, f"cannot rebuild the estimator: {exc}") from None
+    anchors = [AnchorInfo(**a) for a in meta["anchors"]]
+    if [a.column for a in anchors] != estimator.anchors_.tolist():
+        raise ArtifactError(folder, "anchor list in predictor.json disagrees with state.pt")
+    return PredictorArtifact(estimator=estimator, benchmark=meta["benchmark"], item_ids=meta["item_ids"],
+                             anchors=anchors, calibration=meta["calibration"],
+                             train_models=meta["train_models"], library_version=meta["library_version"],
+                             content_hash=meta["content_hash"], folder=folder, extra=meta.get("extra", {}))

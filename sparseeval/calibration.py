@@ -1,0 +1,271 @@
+"""Split-conformal prediction intervals and an out-of-distribution score for anchor predictors.
+
+Why split-conformal: the estimators are point predictors of very different kinds (linear, MLP,
+IRT); conformal calibration on models *held out from fitting* gives every one of them intervals
+with a finite-sample coverage guarantee (for exchangeable new models) without assuming anything
+about its errors. Why recalibrate for missing anchors: a model that skipped some anchors is predicted
+from the rest (the estimator imputes the training mean), which is less accurate; hiding the same
+anchors from the calibration models (kept in the artifact) and taking their conformal quantile
+widens its interval by exactly what the data say. A per-missing-count table from random masks is
+stored too (fallback, and the paired intervals of ``compare``).
+Why an OOD score: the guarantee only holds for models like the calibration models; a new model
+whose anchor answers look unlike any training model's (Mahalanobis distance under a Ledoit-Wolf
+covariance, robust for binary answers and small samples) gets flagged instead of trusted.
+
+Everything returned here is a plain JSON-able dict so the artifact can store and hash it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from sklearn.covariance import LedoitWolf
+
+from sparseeval.methods.base import AnchorEstimator, impute
+
+#: floor of the binomial scale sqrt(p (1 - p) + SCALE_FLOOR), so scores near 0 or 1 keep a width
+SCALE_FLOOR = 0.0025
+#: calibration rows simulated per missing-anchor count (calibration models x repetitions)
+MASKED_ROWS = 4000
+#: random pairs of calibration models for the paired (difference) quantile
+MAX_PAIRS = 20000
+
+
+def conformal_quantile(scores: np.ndarray, alpha: float) -> float:
+    """The split-conformal quantile: the ceil((n + 1)(1 - alpha))-th smallest of ``scores``.
+
+    With fewer than ``1/alpha - 1`` calibration scores no finite quantile has the guarantee;
+    the largest score is returned then (the caller refuses such small calibration sets).
+    """
+    s = np.sort(np.asarray(scores, dtype=np.float64).ravel())
+    if s.size == 0:
+        raise ValueError("conformal_quantile needs at least one calibration score")
+    rank = math.ceil((s.size + 1) * (1.0 - alpha))
+    return float(s[min(rank, s.size) - 1])
+
+
+def min_calibration_models(alpha: float) -> int:
+    """Smallest calibration set whose conformal quantile is finite at level ``alpha``."""
+    return math.ceil(1.0 / alpha) - 1
+
+
+def scale_of(pred: np.ndarray, mode: str) -> np.ndarray:
+    """Difficulty scale of normalized conformal: binomial spread of the predicted score, or 1.
+
+    A model predicted near 0 % or 100 % has little room to be wrong (most of its anchors agree),
+    one near 50 % has the most; ``binomial`` encodes exactly that and costs no extra fitting.
+    """
+    pred = np.asarray(pred, dtype=np.float64)
+    if mode == "none":
+        return np.ones_like(pred)
+    if mode == "binomial":
+        return np.sqrt(pred * (1.0 - pred) + SCALE_FLOOR)
+    raise ValueError(f"unknown conformal scale mode {mode!r}")
+
+
+def _mask_rows(X: np.ndarray, n_missing: int, reps: int, rng: np.random.Generator) -> np.ndarray:
+    """``reps`` copies of ``X`` with ``n_missing`` random anchors per row set to NaN."""
+    tiled = np.tile(X, (reps, 1)).astype(np.float32)
+    if n_missing == 0:
+        return tiled
+    order = rng.random(tiled.shape).argsort(axis=1)[:, :n_missing]
+    np.put_along_axis(tiled, order, np.nan, axis=1)
+    return tiled
+
+
+def _choose_mode(pred: np.ndarray, resid: np.ndarray, alpha: float, rng: np.random.Generator) -> str:
+    """Pick ``none`` or ``binomial`` scaling by mean interval width, honestly, on two halves.
+
+    Both modes have the same coverage guarantee; the better one is the narrower on average. Each
+    half calibrates and the other half measures width, so the choice is not tuned in-sample.
+    """
+    n = pred.size
+    if n < 2 * min_calibration_models(alpha):
+        return "none"
+    perm = rng.permutation(n)
+    halves = (perm[: n // 2], perm[n // 2:])
+    widths = {}
+    for mode in ("none", "binomial"):
+        total = 0.0
+        for a, b in (halves, halves[::-1]):
+            q = conformal_quantile(np.abs(resid[a]) / scale_of(pred[a], mode), alpha)
+            total += float(np.mean(q * scale_of(pred[b], mode)))
+        widths[mode] = total
+    return min(widths, key=widths.get)  # type: ignore[arg-type]
+
+
+def _pair_quantile(resid: np.ndarray, alpha: float, rng: np.random.Generator) -> float:
+    """Conformal quantile of |r_i - r_j| over random pairs of calibration models.
+
+    The error of a predicted difference is the difference of the two errors; models sharing the
+    same anchors make correlated errors, which this captures (often narrower than adding widths).
+    """
+    n = resid.size
+    n_pairs = min(MAX_PAIRS, n * (n - 1) // 2)
+    i = rng.integers(0, n, size=n_pairs)
+    j = (i + rng.integers(1, n, size=n_pairs)) % n  # j != i
+    return conformal_quantile(np.abs(resid[i] - resid[j]), alpha)
+
+
+def fit_ood(X_train: np.ndarray, fill: np.ndarray) -> dict[str, Any]:
+    """Ledoit-Wolf mean and covariance of the training models' (imputed) anchor answers."""
+    lw = LedoitWolf().fit(impute(X_train, fill).astype(np.float64))
+    # a tiny ridge keeps the matrix invertible even when every anchor is constant in training
+    cov = lw.covariance_ + 1e-6 * np.eye(lw.covariance_.shape[0])
+    return {"location": lw.location_.tolist(), "covariance": cov.tolist()}
+
+
+def ood_scores(X: np.ndarray, ood: dict[str, Any]) -> np.ndarray:
+    """Squared Mahalanobis distance of each row's answered anchors, rescaled to all ``k`` anchors.
+
+    Unanswered anchors are left out (marginal covariance of the answered ones) and the distance is
+    scaled by k / answered, so a model is not made to look typical by skipping items.
+    """
+    X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+    mu = np.asarray(ood["location"], dtype=np.float64)
+    cov = np.asarray(ood["covariance"], dtype=np.float64)
+    k = mu.size
+    out = np.full(X.shape[0], np.nan)
+    observed = ~np.isnan(X)
+    patterns, inverse = np.unique(observed, axis=0, return_inverse=True)
+    for p, pattern in enumerate(patterns):
+        rows = np.flatnonzero(inverse.ravel() == p)
+        if not pattern.any():
+            continue
+        d = X[np.ix_(rows, pattern)] - mu[pattern]
+        # Ledoit-Wolf shrinkage keeps the covariance positive definite: a solve is enough (and an
+        # SVD-based pseudo-inverse is ~1000x slower on small matrices with threaded BLAS)
+        sol = np.linalg.solve(cov[np.ix_(pattern, pattern)], d.T)
+        out[rows] = np.einsum("ij,ji->i", d, sol) * k / pattern.sum()
+    return out
+
+
+def conditional_impute(X: np.ndarray, ood: dict[str, Any]) -> np.ndarray:
+    """Fill unanswered anchors with their expectation given the answered ones (Gaussian, LW covariance).
+
+    The estimators fill a gap with the anchor's training mean, which ignores that a model strong
+    on the answered anchors is likely strong on the missing ones; the conditional mean
+    ``mu_m + S_mo S_oo^-1 (x_o - mu_o)`` (clipped to [0, 1]) uses that, and narrows the intervals.
+    """
+    X = np.atleast_2d(np.asarray(X, dtype=np.float64)).copy()
+    mu = np.asarray(ood["location"], dtype=np.float64)
+    cov = np.asarray(ood["covariance"], dtype=np.float64)
+    observed = ~np.isnan(X)
+    patterns, inverse = np.unique(observed, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    for p, pattern in enumerate(patterns):
+        if pattern.all():
+            continue
+        rows = np.flatnonzero(inverse == p)
+        miss = ~pattern
+        if not pattern.any():
+            X[np.ix_(rows, miss)] = mu[miss]
+            continue
+        d = X[np.ix_(rows, pattern)] - mu[pattern]
+        coef = np.linalg.solve(cov[np.ix_(pattern, pattern)], cov[np.ix_(pattern, miss)])
+        X[np.ix_(rows, miss)] = np.clip(mu[miss] + d @ coef, 0.0, 1.0)
+    return X.astype(np.float32)
+
+
+def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, X_train: np.ndarray, *,
+              alpha: float = 0.1, seed: int = 0, ood_percentile: float = 99.0) -> dict[str, Any]:
+    """Calibrate intervals and the OOD threshold of a fitted ``estimator``.
+
+    ``X_cal``/``s_cal``: anchor answers (in anchor order) and true scores of calibration models
+    that the estimator never saw; ``X_train``: the training models' anchor answers (OOD reference).
+    Returns the calibration dict stored in the artifact: the chosen scale mode, the conformal
+    quantile per number of missing anchors (0 .. k // 2, non-decreasing, from random masks), the
+    paired quantile per missing count, the OOD mean/covariance/threshold, and the calibration
+    models' anchor answers and scores (for exact per-pattern recalibration in :func:`halfwidths`).
+    """
+    X_cal = np.asarray(X_cal, dtype=np.float32)
+    s_cal = np.asarray(s_cal, dtype=np.float64)
+    n, k = X_cal.shape
+    if n < min_calibration_models(alpha):
+        raise ValueError(f"calibration needs at least {min_calibration_models(alpha)} models at "
+                         f"alpha={alpha}, got {n}; use more models or a larger calibration fraction")
+    rng = np.random.default_rng(seed)
+    fill = estimator.anchor_fill_ if estimator.anchor_fill_ is not None else np.full(k, 0.5, np.float32)
+    ood = fit_ood(X_train, fill)
+    # predictions exactly as scoring makes them (gaps filled by conditional imputation)
+    pred_full = estimator.predict(conditional_impute(X_cal, ood))
+    resid_full = pred_full - s_cal
+    mode = _choose_mode(pred_full, resid_full, alpha, rng)
+
+    reps = max(1, math.ceil(MASKED_ROWS / n))
+    q_missing: list[float] = []
+    q_pair: list[float] = []
+    for m in range(k // 2 + 1):
+        Xm = _mask_rows(X_cal, m, 1 if m == 0 else reps, rng)
+        pred = estimator.predict(conditional_impute(Xm, ood))
+        resid = pred - np.tile(s_cal, Xm.shape[0] // n)
+        q_missing.append(conformal_quantile(np.abs(resid) / scale_of(pred, mode), alpha))
+        q_pair.append(_pair_quantile(resid[:n], alpha, rng))
+    # missing answers can only lose information: force the widths to be non-decreasing
+    q_missing = np.maximum.accumulate(q_missing).tolist()
+    q_pair = np.maximum.accumulate(q_pair).tolist()
+
+    cal_d2 = ood_scores(X_cal, ood)
+    ood["threshold"] = float(np.percentile(cal_d2, ood_percentile))
+    ood["percentile"] = ood_percentile
+    return {
+        "alpha": alpha,
+        "mode": mode,
+        "scale_floor": SCALE_FLOOR,
+        "n_calibration": int(n),
+        "q_by_missing": q_missing,
+        "q_pair_by_missing": q_pair,
+        "calibration_mae_points": float(np.mean(np.abs(resid_full)) * 100.0),
+        "mean_halfwidth_points": float(np.mean(q_missing[0] * scale_of(pred_full, mode)) * 100.0),
+        "seed": seed,
+        "ood": ood,
+        # kept so a missing-anchor pattern can be calibrated exactly at predict time (small: n x k)
+        "cal_answers": [[None if np.isnan(v) else float(v) for v in row] for row in X_cal.tolist()],
+        "cal_scores": s_cal.tolist(),
+    }
+
+
+def halfwidths(estimator: AnchorEstimator, pred: np.ndarray, observed: np.ndarray,
+               calibration: dict[str, Any]) -> np.ndarray:
+    """Interval half-widths for predictions ``pred`` made from the anchors marked in ``observed``.
+
+    Complete rows use the stored conformal quantile. A row with missing anchors is calibrated
+    *exactly* for its pattern: the same anchors are hidden from the stored calibration models,
+    which are predicted again, and their quantile is used (never below the complete-answers one).
+    A per-missing-count table from random masks is the fallback for artifacts without them.
+    """
+    pred = np.asarray(pred, dtype=np.float64)
+    observed = np.asarray(observed, dtype=bool)
+    mode, alpha = calibration["mode"], calibration["alpha"]
+    table = np.asarray(calibration["q_by_missing"], dtype=np.float64)
+    n_missing = (~observed).sum(axis=1)
+    q = table[np.minimum(n_missing, table.size - 1)]
+    if "cal_answers" in calibration and (n_missing > 0).any():
+        X_cal = np.array([[np.nan if v is None else v for v in row] for row in calibration["cal_answers"]],
+                         dtype=np.float32)
+        s_cal = np.asarray(calibration["cal_scores"], dtype=np.float64)
+        patterns, inverse = np.unique(observed, axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+        for p, pattern in enumerate(patterns):
+            if pattern.all():
+                continue
+            masked = X_cal.copy()
+            masked[:, ~pattern] = np.nan
+            p_cal = estimator.predict(conditional_impute(masked, calibration["ood"]))
+            q_pat = conformal_quantile(np.abs(p_cal - s_cal) / scale_of(p_cal, mode), alpha)
+            q[inverse == p] = max(q_pat, table[0])
+    return q * scale_of(pred, mode)
+
+
+def interval(pred: np.ndarray, half: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds ``pred -/+ half``, clipped to [0, 1] (true scores live there)."""
+    pred = np.asarray(pred, dtype=np.float64)
+    return np.clip(pred - half, 0.0, 1.0), np.clip(pred + half, 0.0, 1.0)
+
+
+def pair_halfwidth(n_missing_a: int, n_missing_b: int, calibration: dict[str, Any]) -> float:
+    """Half-width of the paired interval for a difference of two predictions."""
+    table = calibration["q_pair_by_missing"]
+    return float(table[min(max(n_missing_a, n_missing_b), len(table) - 1)])

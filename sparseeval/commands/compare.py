@@ -1,0 +1,58 @@
+"""``sparseeval compare``: is model A better than model B on this benchmark?
+
+Both models' anchor answers are read from ``--answers`` (repeatable: e.g. two lm-eval output
+folders); A and B name models in them (optional when exactly two models are present). The
+interval of the difference is paired: conformal on differences of calibration model pairs, so
+the error the two predictions share cancels. "distinguishable" means the interval excludes 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sparseeval.commands.predict import (
+    USER_ERRORS,
+    add_predictor_arguments,
+    load_predictors,
+    read_all_answers,
+)
+from sparseeval.scoring import compare
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        artifact = load_predictors(args)[0]
+        answers = read_all_answers(args.answers, [artifact])
+        names = list(args.models)
+        if not names:
+            present = answers.filter(answers["benchmark"] == artifact.benchmark)["model"].unique().sort()
+            if present.len() != 2:
+                raise ValueError(f"name the two models to compare; the answers hold {present.len()}: "
+                                 f"{', '.join(present.head(10).to_list())}")
+            names = present.to_list()
+        if len(names) != 2:
+            raise ValueError(f"compare takes exactly two models, got {len(names)}")
+        c = compare(artifact, answers, names[0], names[1])
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    alpha = artifact.calibration.get("alpha", 0.1)
+    print(f"{c.benchmark}: {c.model_a} {100 * c.predicted_a:.1f} vs {c.model_b} {100 * c.predicted_b:.1f}")
+    print(f"difference {100 * c.diff:+.1f} points, {100 * (1 - alpha):g}% paired interval "
+          f"[{100 * c.lower:+.1f}, {100 * c.upper:+.1f}]: "
+          + ("distinguishable" if c.distinguishable else "NOT distinguishable"))
+    for w in c.warnings:
+        print(f"warning: {w}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("compare", help="paired comparison of two models from their anchor answers",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_predictor_arguments(p, many=False)
+    p.add_argument("--answers", type=Path, action="append", required=True, metavar="PATH",
+                   help="answers of both models (lm-eval output folder or long table); repeatable")
+    p.add_argument("models", nargs="*", metavar="MODEL", help="the two models A and B (A - B is reported)")
+    p.set_defaults(func=run)

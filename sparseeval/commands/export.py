@@ -1,0 +1,39 @@
+"""``sparseeval export``: the predictors' anchors as an lm-eval ``--samples`` file or a CSV.
+
+Run a new model on the anchors only with
+``lm_eval run --model ... --tasks <tasks> --samples OUT --log_samples --output_path RUN``,
+then score it with ``sparseeval predict --answers RUN``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sparseeval.commands.predict import USER_ERRORS, add_predictor_arguments, load_predictors
+from sparseeval.export import FORMATS, lm_eval_samples, write_export
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        artifacts = load_predictors(args)
+        out = write_export(artifacts, args.format, args.out)
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    n = sum(a.k for a in artifacts)
+    print(f"wrote {n} anchors of {', '.join(a.benchmark for a in artifacts)} to {out}")
+    if args.format == "lm-eval":
+        print(f"run them with: lm_eval run --tasks {','.join(lm_eval_samples(artifacts))} "
+              f"--samples {out} --log_samples --output_path RUN_DIR ...")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("export", help="export anchors for lm-eval (--samples) or as CSV",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_predictor_arguments(p)
+    p.add_argument("--format", choices=FORMATS, default="lm-eval")
+    p.add_argument("--out", type=Path, required=True, metavar="FILE")
+    p.set_defaults(func=run)

@@ -1,0 +1,119 @@
+"""``sparseeval predict``: full-benchmark scores of new models from their anchor answers.
+
+Prints one row per model and benchmark (prediction, 90 % conformal interval, anchors answered,
+warnings such as OOD); ``--json`` also writes the rows for machines. Also home of the predictor
+arguments shared by ``export`` and ``compare`` (``--predictor DIR`` or ``--benchmark B`` looked
+up in a ``--registry`` of published predictors ``DIR/<benchmark>/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import polars as pl
+
+from sparseeval.answers import read_answers
+from sparseeval.artifact import ArtifactError, PredictorArtifact, load_predictor
+from sparseeval.benchmarks import canonical_benchmark
+from sparseeval.readers.base import InputError
+from sparseeval.scoring import Prediction, TooFewAnchorsError, predict
+
+DEFAULT_REGISTRY = Path("data/predictors")
+#: errors a user can fix; printed as one line, exit code 2 (anything else is a bug: traceback)
+USER_ERRORS = (InputError, ArtifactError, TooFewAnchorsError, ValueError, FileNotFoundError)
+
+
+def add_predictor_arguments(parser: argparse.ArgumentParser, *, many: bool = True) -> None:
+    """``--predictor DIR`` / ``--benchmark B`` (+ ``--registry``), repeatable when ``many``."""
+    action = "append" if many else "store"
+    parser.add_argument("--predictor", action=action, type=Path, metavar="DIR",
+                        help="predictor folder (from 'sparseeval fit')" + (", repeatable" if many else ""))
+    parser.add_argument("--benchmark", action=action, metavar="B",
+                        help="use the published predictor of benchmark B from --registry"
+                             + (", repeatable" if many else ""))
+    parser.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY, metavar="DIR",
+                        help="folder of published predictors <DIR>/<benchmark>/ "
+                             f"(default {DEFAULT_REGISTRY})")
+
+
+def load_predictors(args: argparse.Namespace) -> list[PredictorArtifact]:
+    """The predictors named by ``--predictor`` and ``--benchmark`` (at least one is required)."""
+    folders = [args.predictor] if isinstance(args.predictor, Path) else list(args.predictor or [])
+    benches = [args.benchmark] if isinstance(args.benchmark, str) else list(args.benchmark or [])
+    folders += [args.registry / canonical_benchmark(b) for b in benches]
+    if not folders:
+        raise ValueError("give --predictor DIR or --benchmark B")
+    return [load_predictor(f) for f in folders]
+
+
+def read_all_answers(paths: list[Path], artifacts: list[PredictorArtifact],
+                     model: str | None = None) -> pl.DataFrame:
+    """Concatenated answers; a file without a benchmark column takes the single predictor's."""
+    bench = artifacts[0].benchmark if len(artifacts) == 1 else None
+    return pl.concat([read_answers(p, benchmark=bench, model=model) for p in paths])
+
+
+def predict_all(artifacts: list[PredictorArtifact], answers: pl.DataFrame) -> list[Prediction]:
+    """Predictions of every predictor whose benchmark the answers cover."""
+    present = set(answers.get_column("benchmark").unique().to_list())
+    usable = [a for a in artifacts if a.benchmark in present]
+    if not usable:
+        raise ValueError(f"the answers cover benchmarks {', '.join(sorted(present))}, none of which has a "
+                         f"predictor here ({', '.join(a.benchmark for a in artifacts)})")
+    return [p for a in usable for p in predict(a, answers)]
+
+
+def format_table(preds: list[Prediction]) -> str:
+    """Fixed-width table, scores in percentage points."""
+    head = f"{'model':<40} {'benchmark':<14} {'predicted':>9} {'interval':>15} {'anchors':>8}  warnings"
+    lines = [head, "-" * len(head)]
+    for p in preds:
+        interval = f"[{100 * p.lower:5.1f}, {100 * p.upper:5.1f}]"
+        lines.append(f"{p.model:<40} {p.benchmark:<14} {100 * p.predicted:9.1f} {interval:>15} "
+                     f"{f'{p.n_anchors}/{p.k}':>8}  {'; '.join(p.warnings) or '-'}")
+    return "\n".join(lines)
+
+
+def write_json(preds: list[Prediction], out: Path) -> None:
+    """``[{model, benchmark, predicted, lower, upper, n_anchors, ood}]``, written atomically."""
+    rows = [{"model": p.model, "benchmark": p.benchmark, "predicted": p.predicted, "lower": p.lower,
+             "upper": p.upper, "n_anchors": p.n_anchors, "ood": p.ood} for p in preds]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(rows, fh, indent=1)
+        fh.write("\n")
+    os.replace(tmp, out)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        artifacts = load_predictors(args)
+        answers = read_all_answers(args.answers, artifacts, args.model)
+        preds = predict_all(artifacts, answers)
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    alpha = artifacts[0].calibration.get("alpha", 0.1)
+    print(f"predicted full-benchmark scores (points) with {100 * (1 - alpha):g}% conformal intervals")
+    print(format_table(preds))
+    if args.json:
+        write_json(preds, args.json)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("predict", help="predict full-benchmark scores from anchor answers",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_predictor_arguments(p)
+    p.add_argument("--answers", type=Path, action="append", required=True, metavar="PATH",
+                   help="lm-eval output folder (--log_samples), long table (model, benchmark, item_id, "
+                        "score|correct) or CSV item_id,correct; repeatable")
+    p.add_argument("--model", help="model name for a two-column item_id,correct file (default: file name)")
+    p.add_argument("--json", type=Path, metavar="OUT", help="also write the predictions as JSON")
+    p.set_defaults(func=run)

@@ -1,0 +1,76 @@
+"""Export predictors' anchors as what evaluation tools take.
+
+``lm-eval``: the JSON ``{"task_name": [doc indices]}`` that lm-evaluation-harness (0.4.x) takes as
+``lm_eval run ... --samples FILE``, so a new model is run on exactly the anchors and nothing else.
+``csv``: one row per anchor (benchmark, task, doc_id, item_id) for any other harness or a human.
+Several predictors merge into one file (one lm-eval run covers every benchmark).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import polars as pl
+
+from sparseeval.artifact import PredictorArtifact
+
+FORMATS = ("lm-eval", "csv")
+
+
+def lm_eval_samples(artifacts: Sequence[PredictorArtifact]) -> dict[str, list[int]]:
+    """Merged ``{task: sorted doc indices}`` of the predictors' anchors.
+
+    Refuses anchors with no harness location (an open-ended benchmark whose item ids are not
+    doc indices): silently dropping them would make every prediction run short of anchors.
+    """
+    merged: dict[str, set[int]] = {}
+    for art in artifacts:
+        unplaced = [a.item_id for a in art.anchors if a.task is None or a.doc_id is None]
+        if unplaced:
+            raise ValueError(f"predictor for {art.benchmark!r} has anchors without an lm-eval task/doc id "
+                             f"({', '.join(unplaced[:5])}); export --format csv instead")
+        for a in art.anchors:
+            merged.setdefault(a.task, set()).add(int(a.doc_id))  # type: ignore[arg-type]
+    return {task: sorted(ids) for task, ids in sorted(merged.items())}
+
+
+def anchor_table(artifacts: Sequence[PredictorArtifact]) -> pl.DataFrame:
+    """One row per anchor: benchmark, task, doc_id, item_id, position (in predictor input order)."""
+    return pl.DataFrame(
+        [{"benchmark": art.benchmark, "task": a.task, "doc_id": a.doc_id, "item_id": a.item_id,
+          "position": a.position} for art in artifacts for a in art.anchors],
+        schema={"benchmark": pl.String, "task": pl.String, "doc_id": pl.Int64, "item_id": pl.String,
+                "position": pl.Int64},
+    )
+
+
+def _atomic_write(out: Path, write: Callable[[Path], object]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_export(artifacts: Sequence[PredictorArtifact], fmt: str, out: str | Path) -> Path:
+    """Write the anchors of ``artifacts`` to ``out`` in ``fmt`` (atomically; same input, same bytes)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
+    if not artifacts:
+        raise ValueError("nothing to export: no predictor given")
+    out = Path(out)
+    if fmt == "lm-eval":
+        text = json.dumps(lm_eval_samples(artifacts), indent=1) + "\n"
+        _atomic_write(out, lambda p: p.write_text(text))
+    else:
+        table = anchor_table(artifacts)
+        _atomic_write(out, lambda p: table.write_csv(p))
+    return out

@@ -1,0 +1,58 @@
+-- Analyst views over the sparseeval store (CREATE OR REPLACE, applied after schema.sql).
+
+CREATE OR REPLACE VIEW benchmark_coverage AS
+WITH r AS (
+    SELECT benchmark, count(DISTINCT model) AS models, count(DISTINCT item_id) AS items,
+           count(*) AS responses
+    FROM responses GROUP BY benchmark
+), s AS (
+    SELECT benchmark, count(*) AS models_with_scores FROM scores GROUP BY benchmark
+)
+SELECT coalesce(r.benchmark, s.benchmark) AS benchmark,
+       coalesce(r.models, 0) AS models,
+       coalesce(r.items, 0) AS items,
+       coalesce(r.responses, 0) AS responses,
+       CASE WHEN coalesce(r.models, 0) * coalesce(r.items, 0) = 0 THEN 0.0
+            ELSE r.responses / (r.models * r.items)::DOUBLE END AS density,
+       coalesce(s.models_with_scores, 0) AS models_with_scores
+FROM r FULL OUTER JOIN s ON r.benchmark = s.benchmark
+ORDER BY benchmark;
+
+CREATE OR REPLACE VIEW latest_anchors AS
+WITH newest AS (
+    SELECT * FROM anchor_sets
+    QUALIFY row_number() OVER (PARTITION BY benchmark ORDER BY created_at DESC, anchor_set_id DESC) = 1
+)
+SELECT n.benchmark, n.anchor_set_id, n.method, n.k, n.seed, n.created_at,
+       a.position, a.item_id, a.weight
+FROM newest n JOIN anchors a ON a.anchor_set_id = n.anchor_set_id
+ORDER BY n.benchmark, a.position;
+
+CREATE OR REPLACE VIEW evaluation_summary AS
+SELECT benchmark, method, k,
+       count(DISTINCT seed) AS n_seeds,
+       count(*) AS n_runs,
+       avg(mae) AS mae_mean, stddev_samp(mae) AS mae_sd,
+       avg(tau) AS tau_mean, stddev_samp(tau) AS tau_sd,
+       avg(rho) AS rho_mean, stddev_samp(rho) AS rho_sd,
+       avg(max_error) AS max_error_mean,
+       avg(seconds) AS seconds_mean, stddev_samp(seconds) AS seconds_sd
+FROM evaluations
+GROUP BY benchmark, method, k
+ORDER BY benchmark, k, method;
+
+CREATE OR REPLACE VIEW method_ranking AS
+SELECT benchmark, k, method, n_seeds, mae_mean, mae_sd, tau_mean,
+       rank() OVER (PARTITION BY benchmark, k ORDER BY mae_mean ASC NULLS LAST) AS rank
+FROM evaluation_summary
+ORDER BY benchmark, k, rank, method;
+
+CREATE OR REPLACE VIEW predictions_vs_truth AS
+SELECT p.model, p.benchmark, p.anchor_set_id, p.predicted, p.lower, p.upper, p.ood,
+       s.score AS true_score,
+       p.predicted - s.score AS error,
+       abs(p.predicted - s.score) AS abs_error,
+       CASE WHEN p.lower IS NULL OR p.upper IS NULL THEN NULL
+            ELSE s.score BETWEEN p.lower AND p.upper END AS inside_interval
+FROM predictions p JOIN scores s ON s.model = p.model AND s.benchmark = p.benchmark
+ORDER BY p.benchmark, p.model;

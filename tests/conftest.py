@@ -1,0 +1,83 @@
+"""Shared fixtures: a fresh DuckDB path, the real openllm_v1 data, and a small long-format folder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+OPENLLM_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm_v1"
+
+#: shape of ``small_long_dir``: benchmarks x models x items, fixed so tests can assert counts
+SMALL_BENCHMARKS = ("arc", "gsm8k")
+SMALL_MODELS = 12
+SMALL_ITEMS = 8
+
+
+@pytest.fixture
+def tmp_db(tmp_path: Path) -> Path:
+    """Path of a DuckDB file that does not exist yet (the store creates it)."""
+    return tmp_path / "db" / "sparseeval.duckdb"
+
+
+@pytest.fixture(scope="session")
+def openllm_dir() -> Path:
+    """The real Open LLM Leaderboard v1 sample shipped next to the repository, or skip."""
+    if not (OPENLLM_DIR / "responses.parquet").exists():
+        pytest.skip(f"real data not found at {OPENLLM_DIR}")
+    return OPENLLM_DIR
+
+
+def make_long_frames(seed: int = 0, n_models: int = SMALL_MODELS, n_items: int = SMALL_ITEMS,
+                     benchmarks: tuple[str, ...] = SMALL_BENCHMARKS,
+                     prefix: str = "org") -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Seeded long responses (0/1) and their row-mean scores, with ``org{k}/model-{m}`` names."""
+    rng = np.random.default_rng(seed)
+    models = [f"{prefix}{m % 3}/model-{m}" for m in range(n_models)]
+    rows = pl.DataFrame({"model": models}).join(
+        pl.DataFrame({"benchmark": list(benchmarks)}), how="cross").join(
+        pl.DataFrame({"item_id": [str(i) for i in range(n_items)]}), how="cross")
+    responses = rows.with_columns(correct=pl.Series(rng.integers(0, 2, rows.height), dtype=pl.Int8))
+    scores = responses.group_by("model", "benchmark").agg(score=pl.col("correct").mean()).sort(
+        "model", "benchmark")
+    return responses, scores
+
+
+@pytest.fixture
+def small_long_dir(tmp_path: Path) -> Path:
+    """``responses.parquet`` + ``scores.parquet`` + ``models.csv`` for 12 models x 2 benchmarks x 8 items."""
+    folder = tmp_path / "small_long"
+    folder.mkdir()
+    responses, scores = make_long_frames()
+    responses.write_parquet(folder / "responses.parquet")
+    scores.write_parquet(folder / "scores.parquet")
+    pl.DataFrame({
+        "model": responses.get_column("model").unique().sort(),
+        "submitted_at": [f"2024-01-{d + 1:02d}" for d in range(SMALL_MODELS)],
+        "n_params": [7e9] * SMALL_MODELS,
+    }).write_csv(folder / "models.csv")
+    return folder
+
+
+@pytest.fixture
+def db_fingerprint() -> Callable[[Path], dict[str, tuple[int, int]]]:
+    """(row count, order-independent hash of all rows) per data table of a store, read from the file.
+
+    ``ingests`` is left out: a refusal is *supposed* to add its audit row there.
+    """
+    import duckdb
+
+    from sparseeval.store import TABLES
+
+    def fingerprint(db: Path) -> dict[str, tuple[int, int]]:
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            return {t: con.sql(f"SELECT count(*), coalesce(bit_xor(hash(x)), 0) FROM {t} x").fetchall()[0]
+                    for t in TABLES if t != "ingests"}
+        finally:
+            con.close()
+
+    return fingerprint

@@ -1,0 +1,137 @@
+"""build_matrix: target rules, observed mask, ordering, lazy input, and agreement with a naive pivot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from sparseeval.matrix import EmptyMatrixError, build_matrix
+
+
+def _long(rows: list[tuple[str, str, str, float]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema={"model": pl.String, "benchmark": pl.String, "item_id": pl.String,
+                                      "score": pl.Float64}, orient="row")
+
+
+@pytest.fixture
+def mixed() -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Three arc models: m_b complete without a reported score, m_a reported and partial,
+    m_c neither (dropped); plus a gsm8k row that must not leak into arc."""
+    responses = _long([
+        ("m_b", "arc", "i2", 1.0), ("m_b", "arc", "i1", 0.0), ("m_b", "arc", "i10", 1.0),
+        ("m_a", "arc", "i1", 1.0), ("m_a", "arc", "i10", 0.25),
+        ("m_c", "arc", "i2", 1.0),
+        ("m_z", "gsm8k", "i9", 1.0),
+    ])
+    scores = pl.DataFrame({"model": ["m_a", "m_z", "unknown"], "benchmark": ["arc", "gsm8k", "arc"],
+                           "score": [0.4, 0.9, 0.7]})
+    return responses, scores
+
+
+def test_target_rules_mask_and_order(mixed: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    responses, scores = mixed
+    m = build_matrix(responses, scores, "arc")
+    assert m.items == ["i1", "i10", "i2"]  # ascending text order, not first appearance
+    assert m.models == ["m_a", "m_b"]
+    assert m.dropped_models == ["m_c"]  # no reported score and an incomplete row
+    assert m.score_source == ["reported", "row_mean"]
+    np.testing.assert_allclose(m.scores, [0.4, 2 / 3], rtol=1e-6)
+    assert m.scores.dtype == np.float32
+    assert m.values.dtype == np.float32 and m.observed.dtype == bool
+    np.testing.assert_array_equal(m.observed, [[True, True, False], [True, True, True]])
+    np.testing.assert_array_equal(m.values, [[1.0, 0.25, 0.0], [0.0, 1.0, 1.0]])  # 0 where unobserved
+    nan = m.with_nan()
+    assert np.isnan(nan[0, 2]) and not np.isnan(nan[1]).any()
+    assert m.density == pytest.approx(5 / 6)
+
+
+def test_without_scores_every_complete_row_is_its_mean(mixed: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    responses, _ = mixed
+    m = build_matrix(responses, None, "arc")
+    assert m.models == ["m_b"]
+    assert m.dropped_models == ["m_a", "m_c"]
+    assert m.shape == (1, 3)
+
+
+def test_lazy_input_equals_eager(mixed: tuple[pl.DataFrame, pl.DataFrame], tmp_path: Path) -> None:
+    responses, scores = mixed
+    path = tmp_path / "responses.parquet"
+    responses.write_parquet(path)
+    eager = build_matrix(responses, scores, "arc")
+    lazy = build_matrix(pl.scan_parquet(path), scores.lazy(), "arc")
+    assert lazy.models == eager.models and lazy.items == eager.items
+    np.testing.assert_array_equal(lazy.values, eager.values)
+    np.testing.assert_array_equal(lazy.observed, eager.observed)
+    np.testing.assert_array_equal(lazy.scores, eager.scores)
+
+
+def test_unknown_benchmark_and_no_target_raise(mixed: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    responses, scores = mixed
+    with pytest.raises(EmptyMatrixError, match="no responses"):
+        build_matrix(responses, scores, "hellaswag")
+    partial = responses.filter(pl.col("model") != "m_b")
+    with pytest.raises(EmptyMatrixError, match="no model has a reported score"):
+        build_matrix(partial, None, "arc")
+
+
+def test_null_ids_and_nan_scores_are_not_observations() -> None:
+    responses = pl.DataFrame({"model": ["a", "a", None, "b", "b"], "benchmark": ["arc"] * 5,
+                              "item_id": ["1", "2", "1", "1", "2"],
+                              "score": [1.0, float("nan"), 1.0, 0.0, 1.0]})
+    m = build_matrix(responses, None, "arc")
+    assert m.models == ["b"] and m.dropped_models == ["a"]
+    assert m.items == ["1", "2"]
+
+
+def test_categorical_and_integer_ids_are_taken_as_text() -> None:
+    responses = pl.DataFrame({"model": ["b", "a", "b", "a"], "benchmark": ["arc"] * 4,
+                              "item_id": [10, 2, 2, 10], "score": [1, 0, 0, 1]}).with_columns(
+        pl.col("model").cast(pl.Categorical), pl.col("score").cast(pl.Int8))
+    m = build_matrix(responses, None, "arc")
+    assert m.models == ["a", "b"] and m.items == ["10", "2"]
+    np.testing.assert_array_equal(m.values, [[1.0, 0.0], [1.0, 0.0]])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_equals_naive_pivot_on_random_sparse_data(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n_models, n_items = 40, 57
+    models = np.array([f"org{m % 4}/model-{rng.integers(1e6)}-{m}" for m in range(n_models)])
+    items = np.array([f"q{rng.integers(1e4)}_{i}" for i in range(n_items)])
+    mm, ii = np.meshgrid(np.arange(n_models), np.arange(n_items), indexing="ij")
+    keep = rng.random(mm.size) < 0.8
+    keep[: n_items * 5] = True  # the first five models answered everything
+    rows = pl.DataFrame({"model": models[mm.ravel()[keep]], "item_id": items[ii.ravel()[keep]],
+                         "score": rng.random(keep.sum()).round(3)}).with_columns(benchmark=pl.lit("mmlu"))
+    rows = rows.sample(fraction=1.0, shuffle=True, seed=seed)  # order of the input must not matter
+    other = rows.with_columns(benchmark=pl.lit("arc"), score=pl.lit(1.0))
+    reported = pl.DataFrame({"model": models[5:20], "benchmark": "mmlu",
+                             "score": rng.random(15)})
+    m = build_matrix(pl.concat([other, rows]), reported, "mmlu")
+
+    pivot = rows.pivot(on="item_id", index="model", values="score").sort("model")
+    order = sorted(items.tolist())
+    dense = pivot.select(order).to_numpy().astype(np.float64)
+    complete = ~np.isnan(dense).any(axis=1)
+    by_model = dict(reported.select("model", "score").iter_rows())
+    names = pivot.get_column("model").to_list()
+    kept = [k for k, name in enumerate(names) if name in by_model or complete[k]]
+    assert m.items == order
+    assert m.models == [names[k] for k in kept]
+    assert sorted(m.dropped_models) == sorted(set(names) - set(m.models))
+    np.testing.assert_array_equal(m.observed, ~np.isnan(dense[kept]))
+    np.testing.assert_allclose(m.values, np.nan_to_num(dense[kept]), rtol=1e-6)
+    expected = [by_model.get(names[k], np.nanmean(dense[k])) for k in kept]
+    np.testing.assert_allclose(m.scores, expected, rtol=1e-5)
+    assert m.score_source == ["reported" if names[k] in by_model else "row_mean" for k in kept]
+
+
+def test_take_models_keeps_alignment(mixed: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    responses, scores = mixed
+    m = build_matrix(responses, scores, "arc")
+    sub = m.take_models(np.array([1]))
+    assert sub.models == ["m_b"] and sub.score_source == ["row_mean"]
+    np.testing.assert_array_equal(sub.values, m.values[1:])
