@@ -6,14 +6,18 @@ included, which tracemalloc cannot see):
 1. ``generate``: synthetic long-format responses written as one parquet per benchmark by DuckDB
    (``COPY (SELECT ... FROM range() ...)``: no Python loop over rows). Correctness follows a 1-PL
    model (model ability minus item difficulty) from hashes of (seed, model, item): deterministic.
-2. ``ingest``: the store's schema (``sql/schema.sql`` via ``sparseeval.store.Store``), then
-   ``INSERT INTO responses SELECT ... FROM read_parquet(...)``: DuckDB's native reader, keys enforced.
-3. ``store``: optional (``--store-ingest``): ``Store.ingest`` on one benchmark's file, the path a user
-   takes (reader, validation, conflict check), for comparison.
-4. ``matrix``: ``sparseeval.matrix.build_matrix`` for MMLU (14,042 items) from ``pl.scan_parquet``.
+   Rows come model by model, as from real evaluation runs, straight from the order of ``range``
+   (DuckDB preserves insertion order), so no sort and little memory.
+2. ``ingest``: the store's schema, then ``INSERT INTO responses SELECT ... FROM read_parquet(glob)``
+   in one transaction: the ceiling, DuckDB's native reader with no checks.
+3. ``store``: ``Store.ingest`` of the folder, the path a user takes (hash, checks in SQL over each
+   file, conflict check, one transaction and a published snapshot per file).
+4. ``matrix``: ``build_matrix`` for MMLU (14,042 items) from ``pl.scan_parquet`` (filter pushed down).
+5. ``matrix-store``: the same from the store, ``Store.load_long("mmlu", lazy=True)``.
 
-Usage: ``python bench/ingest.py --scale 0.1 [--workdir DIR] [--keep]``. Data goes to a temporary
-folder (or ``--workdir``), never into the repository. Targets: ingest >= 2 M rows/s, matrix < 20 s,
+Usage: ``python bench/ingest.py [--scale 1.0] [--workdir DIR] [--skip PHASE ...]``. Data goes to a
+temporary folder, removed at the end, or to ``--workdir`` (kept, and reused by a later run of the
+same scale and seed); never into the repository. Targets: ingest >= 2 M rows/s, matrix < 20 s,
 peak memory < 6 GB.
 """
 
@@ -28,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 #: item counts of the six leaderboard v1 benchmarks (test splits as the leaderboard used them)
 BENCHMARKS: dict[str, int] = {
@@ -47,7 +52,7 @@ def phase_generate(workdir: Path, n_models: int, seed: int) -> dict:
     out = workdir / "responses"
     out.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect()
-    con.execute("SET memory_limit = '6GB'").fetchall()  # the ORDER BY spills instead of taking 13 GB
+    con.execute("SET memory_limit = '4GB'").fetchall()  # spill rather than crowd other jobs
     con.execute(f"SET temp_directory = '{workdir / 'duckdb_tmp'}'").fetchall()
     rows = 0
     t0 = time.perf_counter()
@@ -62,14 +67,13 @@ def phase_generate(workdir: Path, n_models: int, seed: int) -> dict:
                           < 1 / (1 + exp(-((hash({seed}, m) % 4001) / 1000.0 - 2
                                            - ((hash({seed}, {b_idx}, i) % 4001) / 1000.0 - 2))))
                           AS DOUBLE) AS score
-              FROM range({n_models}) r(m), range({n_items}) s(i)
-              ORDER BY m, i  -- results arrive model by model, as from real evaluation runs
+              FROM (SELECT k // {n_items} AS m, k % {n_items} AS i FROM range({n_models * n_items}) t(k))
             ) TO '{out / f"{bench}.parquet"}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 1000000)
         """).fetchall()
         rows += n_models * n_items
     con.close()
-    return {"rows": rows, "seconds": time.perf_counter() - t0,
-            "bytes": sum(p.stat().st_size for p in out.glob("*.parquet"))}
+    size = sum(p.stat().st_size for p in out.glob("*.parquet"))
+    return {"rows": rows, "seconds": time.perf_counter() - t0, "note": f"parquet {size / 1e6:.0f} MB"}
 
 
 def phase_ingest(workdir: Path) -> dict:
@@ -101,41 +105,61 @@ def phase_ingest(workdir: Path) -> dict:
     con.execute("CHECKPOINT").fetchall()
     seconds = time.perf_counter() - t0
     con.close()
-    return {"rows": int(n), "seconds": seconds, "rows_per_s": n / seconds, "db_bytes": db.stat().st_size}
+    return {"rows": int(n), "seconds": seconds, "note": f"one INSERT, db {db.stat().st_size / 1e9:.2f} GB"}
 
 
 def phase_store(workdir: Path) -> dict:
-    """``Store.ingest`` of the smallest benchmark file (reader + validation + conflict checks)."""
+    """``Store.ingest`` of every benchmark file: the path a user takes (hash, checks, conflicts,
+    one transaction and a published snapshot per file)."""
     from sparseeval.store import Store
 
     db = workdir / "store.duckdb"
-    db.unlink(missing_ok=True)
-    src = workdir / "responses" / "truthfulqa.parquet"
-    store = Store(db, snapshot=False)
-    store.apply_schema()  # a fresh store must exist before ingest's read-only duplicate check
+    for old in workdir.glob("store*.duckdb*"):
+        old.unlink()
+    store = Store(db)
+    store.apply_schema()
     t0 = time.perf_counter()
-    report = store.ingest(src)
+    report = store.ingest(workdir / "responses")
     seconds = time.perf_counter() - t0
-    n = sum(f.n_responses for f in report.files)
     if not report.ok:
-        raise SystemExit(f"store ingest refused: {[f.reason for f in report.files]}")
-    return {"rows": n, "seconds": seconds, "rows_per_s": n / seconds}
+        raise SystemExit(f"store ingest refused: {[f.reason for f in report.refused]}")
+    n = sum(f.n_responses for f in report.files)
+    note = f"{len(report.files)} files, db {db.stat().st_size / 1e9:.2f} GB"
+    return {"rows": n, "seconds": seconds, "note": note}
+
+
+def _matrix_result(matrix: Any, seconds: float) -> dict:
+    return {"rows": int(matrix.observed.sum()), "seconds": seconds,
+            "note": f"{MATRIX_BENCHMARK} {matrix.shape[0]:,} x {matrix.shape[1]:,}"}
 
 
 def phase_matrix(workdir: Path) -> dict:
+    """``build_matrix`` from a lazy parquet scan (the benchmark filter is pushed into the scan)."""
     import polars as pl
 
     from sparseeval.matrix import build_matrix
 
     t0 = time.perf_counter()
-    lazy = pl.scan_parquet(workdir / "responses" / "*.parquet")
-    matrix = build_matrix(lazy, None, MATRIX_BENCHMARK)
-    seconds = time.perf_counter() - t0
-    return {"rows": int(matrix.observed.sum()), "seconds": seconds, "shape": list(matrix.shape),
-            "rows_per_s": matrix.observed.sum() / seconds}
+    matrix = build_matrix(pl.scan_parquet(workdir / "responses" / "*.parquet"), None, MATRIX_BENCHMARK)
+    return _matrix_result(matrix, time.perf_counter() - t0)
 
 
-PHASES = {"generate": phase_generate, "ingest": phase_ingest, "store": phase_store, "matrix": phase_matrix}
+def phase_matrix_store(workdir: Path) -> dict:
+    """``build_matrix`` from the store (``Store.load_long(lazy=True)``: Arrow batches from the snapshot)."""
+    from sparseeval.matrix import build_matrix
+    from sparseeval.store import Store
+
+    t0 = time.perf_counter()
+    responses, scores = Store(workdir / "store.duckdb").load_long(MATRIX_BENCHMARK, lazy=True)
+    matrix = build_matrix(responses, scores, MATRIX_BENCHMARK)
+    return _matrix_result(matrix, time.perf_counter() - t0)
+
+
+PHASES = {"generate": phase_generate, "ingest": phase_ingest, "store": phase_store, "matrix": phase_matrix,
+          "matrix-store": phase_matrix_store}
+LABELS = {"generate": "generate (DuckDB COPY)", "ingest": "raw DuckDB ingest", "store": "Store.ingest",
+          "matrix": "matrix, lazy parquet scan", "matrix-store": "matrix, via the store"}
+TARGETS = {"ingest": ">= 2 M rows/s", "store": ">= 2 M rows/s", "matrix": "< 20 s", "matrix-store": "< 20 s"}
 
 
 def run_phase(name: str, workdir: Path, extra: list[str]) -> dict:
@@ -147,20 +171,42 @@ def run_phase(name: str, workdir: Path, extra: list[str]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _generated(workdir: Path, n_models: int, seed: int) -> bool:
+    """True when ``workdir`` already holds the data of this scale and seed (``--workdir`` reuse)."""
+    meta = workdir / "generated.json"
+    return meta.exists() and json.loads(meta.read_text()) == {"models": n_models, "seed": seed}
+
+
+def print_table(results: dict[str, dict], n_models: int) -> None:
+    print(f"{n_models:,} models x {sum(BENCHMARKS.values()):,} items in {len(BENCHMARKS)} benchmarks")
+    header = f"{'phase':<27}{'rows':>14}{'seconds':>9}{'M rows/s':>10}{'peak RSS GB':>13}  note"
+    print(header)
+    print("-" * len(header))
+    for name, r in results.items():
+        rate = r["rows"] / r["seconds"] / 1e6 if r["seconds"] else float("nan")
+        target = f"target {TARGETS[name]}" if name in TARGETS else ""
+        note = "; ".join(x for x in (r.get("note", ""), target) if x)
+        print(f"{LABELS[name]:<27}{r['rows']:>14,}{r['seconds']:>9.1f}{rate:>10.2f}"
+              f"{r['peak_rss_gb']:>13.2f}  {note}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the 7,000 models")
-    parser.add_argument("--workdir", type=Path, default=None, help="data folder (default: a temp dir)")
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the 7,000 models (default 1.0)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="data folder, kept and reused for the same scale and seed (default: a temp "
+                             "folder, removed at the end)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--keep", action="store_true", help="keep the generated data")
-    parser.add_argument("--store-ingest", action="store_true", help="also time Store.ingest on one file")
-    parser.add_argument("--skip-matrix", action="store_true", help="time generation and ingest only")
+    parser.add_argument("--skip", nargs="*", default=[], choices=sorted(PHASES), help="phases to leave out")
     parser.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    n_models = max(1, round(FULL_MODELS * args.scale))
 
     if args.phase:  # child process
         if args.phase == "generate":
-            result = phase_generate(args.workdir, max(1, round(FULL_MODELS * args.scale)), args.seed)
+            result = phase_generate(args.workdir, n_models, args.seed)
+            meta = {"models": n_models, "seed": args.seed}
+            (args.workdir / "generated.json").write_text(json.dumps(meta))
         else:
             result = PHASES[args.phase](args.workdir)
         result["peak_rss_gb"] = _peak_rss_bytes() / 1e9
@@ -170,27 +216,25 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="sparseeval-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     extra = ["--scale", str(args.scale), "--seed", str(args.seed)]
+    results: dict[str, dict] = {}
     try:
-        results = {"generate": run_phase("generate", workdir, extra)}
-        results["ingest"] = run_phase("ingest", workdir, extra)
-        if args.store_ingest:
-            results["store"] = run_phase("store", workdir, extra)
-        if not args.skip_matrix:
-            results["matrix"] = run_phase("matrix", workdir, extra)
+        if not _generated(workdir, n_models, args.seed):
+            shutil.rmtree(workdir / "responses", ignore_errors=True)
+            (workdir / "generated.json").unlink(missing_ok=True)
+            results["generate"] = run_phase("generate", workdir, extra)
+            print(f"  generate: {results['generate']['seconds']:.1f} s", flush=True)
+        for name in ("ingest", "store", "matrix", "matrix-store"):
+            if name not in args.skip and (name != "matrix-store" or "store" not in args.skip):
+                results[name] = run_phase(name, workdir, extra)
+                print(f"  {name}: {results[name]['seconds']:.1f} s", flush=True)
     finally:
-        if not args.keep and args.workdir is None:
+        if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    n_models = max(1, round(FULL_MODELS * args.scale))
-    print(f"scale {args.scale}: {n_models} models x {sum(BENCHMARKS.values())} items")
-    print(f"{'phase':<10}{'rows':>14}{'seconds':>10}{'rows/s':>14}{'peak GB':>10}  note")
-    targets = {"ingest": "target >= 2 M rows/s", "matrix": "target < 20 s",
-               "store": "Store.ingest (truthfulqa file)"}
-    for name, r in results.items():
-        rate = f"{r.get('rows_per_s', r['rows'] / r['seconds']) / 1e6:.2f} M"
-        note = targets.get(name, "")
-        if name == "matrix":
-            note += f", shape {r['shape']}"
-        print(f"{name:<10}{r['rows']:>14,}{r['seconds']:>10.2f}{rate:>14}{r['peak_rss_gb']:>10.2f}  {note}")
+        else:  # keep the generated data for reuse, not the databases
+            for db in workdir.glob("*.duckdb*"):
+                db.unlink()
+            shutil.rmtree(workdir / "duckdb_tmp", ignore_errors=True)
+    print_table(results, n_models)
     return 0
 
 

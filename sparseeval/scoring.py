@@ -16,9 +16,9 @@ import polars as pl
 import sparseeval.methods  # registers every method, so make_estimator finds them
 from sparseeval import calibration as cal
 from sparseeval.artifact import PredictorArtifact, build_anchors, load_predictor
-from sparseeval.matrix import build_matrix
-from sparseeval.methods.base import make_estimator
-from sparseeval.splits import make_split
+from sparseeval.matrix import ResponseMatrix, build_matrix
+from sparseeval.methods.base import AnchorEstimator, make_estimator
+from sparseeval.splits import Split, make_split
 
 #: fraction of the fitting models the estimator may use for early stopping (never calibration)
 VAL_FRAC = 0.1
@@ -205,12 +205,25 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
     Y_val = Y[split.val] if len(split.val) else None
     s_val = s[split.val] if len(split.val) else None
     est.fit(Y[split.train], s[split.train], Y_val, s_val)
+    return artifact_from_fit(matrix, split, est, alpha=alpha, seed=seed, models=models)
+
+
+def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *, alpha: float = 0.1,
+                      seed: int = 0, models: pl.DataFrame | None = None) -> PredictorArtifact:
+    """Calibrate an estimator fitted on ``split.train`` (+ ``split.val``) on the held-out
+    ``split.test`` models and wrap it as an unsaved artifact.
+
+    The pipeline fits anchors once per benchmark and publishes that same estimator, so the test
+    models of its split are the conformal calibration set: the estimator never saw them.
+    """
+    Y = matrix.with_nan()
+    s = matrix.scores.astype(np.float32)
     fit_rows = np.concatenate([split.train, split.val])
     calibration = cal.calibrate(est, Y[split.test][:, est.anchors_], s[split.test],
                                 Y[split.train][:, est.anchors_], alpha=alpha, seed=seed)
     calibration["split_seed"] = seed
     train_models = _train_summary([matrix.models[i] for i in fit_rows], s[fit_rows], models)
-    return PredictorArtifact(estimator=est, benchmark=benchmark, item_ids=matrix.items,
-                             anchors=build_anchors(est, benchmark, matrix.items), calibration=calibration,
-                             train_models=train_models, library_version=sparseeval.__version__)
-
+    return PredictorArtifact(estimator=est, benchmark=matrix.benchmark, item_ids=matrix.items,
+                             anchors=build_anchors(est, matrix.benchmark, matrix.items),
+                             calibration=calibration, train_models=train_models,
+                             library_version=sparseeval.__version__)

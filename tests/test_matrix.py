@@ -135,3 +135,104 @@ def test_take_models_keeps_alignment(mixed: tuple[pl.DataFrame, pl.DataFrame]) -
     sub = m.take_models(np.array([1]))
     assert sub.models == ["m_b"] and sub.score_source == ["row_mean"]
     np.testing.assert_array_equal(sub.values, m.values[1:])
+
+
+# --- the store's bulk read/write path ---------------------------------------------------------------
+
+def _contents(db: Path) -> dict[str, list[tuple]]:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {
+            "responses": con.sql("SELECT model, benchmark, item_id, score FROM responses ORDER BY ALL")
+                            .fetchall(),
+            "scores": con.sql("SELECT model, benchmark, score FROM scores ORDER BY ALL").fetchall(),
+            "items": con.sql("SELECT * FROM items ORDER BY ALL").fetchall(),
+            "models": con.sql("SELECT model, family, submitted_at, n_params, base_model FROM models "
+                              "ORDER BY ALL").fetchall(),
+            "ingests": con.sql("SELECT status, format, n_responses, n_scores FROM ingests ORDER BY ingest_id")
+                          .fetchall(),
+        }
+    finally:
+        con.close()
+
+
+def _odd_parquet(folder: Path) -> Path:
+    """Clean except for an alias benchmark name (bulk path, renamed in SQL) ..."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = pl.DataFrame({"Model": ["org/a", "org/a", "org/b"], "benchmark": ["arc_challenge"] * 3,
+                         "item_id": ["q1", "q2", "q1"], "correct": pl.Series([1, 0, 1], dtype=pl.Int8)})
+    rows.write_parquet(folder / "alias.parquet")
+    # ... and one whose ids need trimming (validator path, which trims)
+    trim = rows.with_columns(pl.col("item_id") + "\u00a0", benchmark=pl.lit("gsm8k"))
+    trim.write_parquet(folder / "trim.parquet")
+    return folder
+
+
+@pytest.mark.parametrize("source", ["small_long_dir", "odd"])
+def test_bulk_parquet_path_stores_what_the_validator_path_stores(source: str, request: pytest.FixtureRequest,
+                                                                 tmp_path: Path) -> None:
+    """``Store.ingest`` checks clean parquet in SQL and inserts it set-wise; a custom reader forces the
+    Polars reader + validator path. Both must leave identical stores (values, names, counts)."""
+    from sparseeval.readers.detect import read_source
+    from sparseeval.store import Store
+
+    folder = request.getfixturevalue("small_long_dir") if source == "small_long_dir" else _odd_parquet(
+        tmp_path / "odd")
+    if source == "small_long_dir":
+        from sparseeval.store import _bulk_long
+
+        assert _bulk_long(folder) is not None
+    bulk, regular = Store(tmp_path / "bulk.duckdb"), Store(tmp_path / "regular.duckdb")
+    report_bulk = bulk.ingest(folder)
+    report_regular = regular.ingest(folder, reader=lambda p: read_source(p))
+    assert report_bulk.ok and report_regular.ok
+    assert [(f.status, f.n_responses, f.n_scores, f.rows_read) for f in report_bulk.files] == [
+        (f.status, f.n_responses, f.n_scores, f.rows_read) for f in report_regular.files]
+    assert _contents(bulk.path) == _contents(regular.path)
+    if source == "odd":
+        from sparseeval.store import _bulk_long
+
+        assert _bulk_long(folder / "alias.parquet") is not None  # checked in SQL, renamed in SQL
+        assert _bulk_long(folder / "trim.parquet") is None  # left to the validator, which trims
+        items = {i for _, _, i, _ in _contents(bulk.path)["responses"]}
+        assert items == {"q1", "q2"}  # trimmed
+        assert bulk.benchmarks() == ["arc", "gsm8k"]  # canonical
+
+
+def test_bulk_path_overlap_adds_only_new_rows_and_refuses_conflicts(tmp_path: Path) -> None:
+    from sparseeval.store import Store
+
+    base = pl.DataFrame({"model": ["m1", "m1", "m2"], "benchmark": "arc", "item_id": ["a", "b", "a"],
+                         "score": [1.0, 0.0, 1.0]})
+    base.write_parquet(tmp_path / "first.parquet")
+    superset = pl.concat([base, base.with_columns(pl.col("model") + "-new")])
+    superset.write_parquet(tmp_path / "superset.parquet")
+    base.with_columns(score=1.0 - pl.col("score")).write_parquet(tmp_path / "conflict.parquet")
+    store = Store(tmp_path / "s.duckdb")
+    assert store.ingest(tmp_path / "first.parquet").files[0].n_responses == 3
+    assert store.ingest(tmp_path / "superset.parquet").files[0].n_responses == 3  # only the -new rows
+    refused = store.ingest(tmp_path / "conflict.parquet").files[0]
+    assert refused.status == "refused"
+    assert "conflicting response" in refused.reason and "first.parquet" in refused.reason
+    assert store.table_counts()["responses"] == 6
+
+
+def test_matrix_from_the_store_lazily_equals_eager(small_long_dir: Path, tmp_path: Path) -> None:
+    from sparseeval.store import Store
+
+    store = Store(tmp_path / "s.duckdb")
+    assert store.ingest(small_long_dir).ok
+    lazy_resp, lazy_scores = store.load_long("gsm8k", lazy=True)
+    assert isinstance(lazy_resp, pl.LazyFrame)
+    eager = build_matrix(*store.load_long("gsm8k"), "gsm8k")
+    lazy = build_matrix(lazy_resp, lazy_scores, "gsm8k")
+    assert lazy.models == eager.models and lazy.items == eager.items
+    np.testing.assert_array_equal(lazy.values, eager.values)
+    np.testing.assert_array_equal(lazy.scores, eager.scores)
+    assert lazy.score_source == ["reported"] * lazy.shape[0]
+    assert store.load_long(None, lazy=True)[0].select(pl.len()).collect().item() == store.table_counts()[
+        "responses"]
+    with pytest.raises(EmptyMatrixError):
+        build_matrix(*store.load_long("hellaswag", lazy=True), "hellaswag")

@@ -1,0 +1,1 @@
+"""Dagster layer of sparseeval: assets, resources, job, schedule and sensor (no algorithms)."""

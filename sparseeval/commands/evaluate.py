@@ -1,0 +1,122 @@
+"""``sparseeval evaluate``: compare anchor methods on held-out models of a long-format folder.
+
+Every method, K and seed runs on the same model splits (one split per seed), and the JSON output
+holds one record per run: ``{benchmark, method, k, seed, mae, tau, rho, max_error, seconds, ...}``
+with MAE in percentage points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from sparseeval.benchmarks import canonical_benchmark
+from sparseeval.evaluation import ProtocolConfig, run_protocol, summarize
+from sparseeval.matrix import build_matrix
+from sparseeval.methods import available_methods
+from sparseeval.readers.base import InputError
+from sparseeval.sources import model_dates, read_data
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _methods(text: str) -> list[str]:
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in available_methods()]
+    if unknown or not methods:
+        raise argparse.ArgumentTypeError(
+            f"unknown method(s) {', '.join(unknown) or text!r}; choose from {', '.join(available_methods())}")
+    return methods
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate", help="compare anchor methods on held-out models",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, type=Path, help="folder or file in any supported format")
+    p.add_argument("--benchmark", default="all",
+                   help="benchmark name(s), comma-separated, or 'all' (default)")
+    p.add_argument("--method", default="sparseeval-linear", type=_methods,
+                   help="method(s), comma-separated (default sparseeval-linear)")
+    p.add_argument("-k", "--k", default=[20], type=_int_list, help="anchor count(s), e.g. 10,20,30,50")
+    p.add_argument("--seeds", type=int, default=3, help="number of seeds (splits): 0..N-1 (default 3)")
+    p.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--test-frac", type=float, default=0.2)
+    p.add_argument("--val-frac", type=float, default=0.1)
+    p.add_argument("--split", choices=("random", "family", "date"), default="random")
+    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
+    p.add_argument("--json", type=Path, help="write the list of per-run records here")
+    p.add_argument("--csv", type=Path, help="write the per-run records as CSV here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        parsed = read_data(args.data)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    present = sorted(parsed.responses["benchmark"].unique().to_list())
+    if args.benchmark == "all":
+        benchmarks = present
+    else:
+        benchmarks = [canonical_benchmark(b) for b in args.benchmark.split(",") if b.strip()]
+        missing = [b for b in benchmarks if b not in present]
+        if missing:
+            print(f"error: {args.data}: no benchmark {', '.join(missing)} (found: {', '.join(present)})",
+                  file=sys.stderr)
+            return 2
+    config = ProtocolConfig(split_policy=args.split, val_frac=args.val_frac, test_frac=args.test_frac)
+    seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
+    total = len(benchmarks) * len(args.method) * len(args.k) * len(seeds)
+    results = []
+    with tqdm(total=total, desc="evaluate", unit="run", disable=args.no_progress, file=sys.stderr) as bar:
+        for bench in benchmarks:
+            matrix = build_matrix(parsed.responses, parsed.scores, bench)
+            dates = model_dates(parsed, matrix.models) if args.split == "date" else None
+
+            def tick(result: object) -> None:
+                bar.set_postfix_str(f"{result.benchmark} {result.method} k={result.k} "  # type: ignore[attr-defined]
+                                    f"mae={result.mae:.2f}")  # type: ignore[attr-defined]
+                bar.update(1)
+
+            try:
+                results += run_protocol(matrix, args.method, args.k, seeds, config=config, device=args.device,
+                                        dates=dates, progress=tick)
+            except ValueError as exc:
+                print(f"error: {bench}: {exc}", file=sys.stderr)
+                return 2
+    records = [r.row() | {"anchors": r.anchors} for r in results]
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
+    if args.csv:
+        import polars as pl
+
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        pl.DataFrame([r.row() for r in results]).write_csv(args.csv)
+    table = summarize(results).select("benchmark", "method", "k", "seeds", "mae_mean", "mae_sd", "tau_mean",
+                                      "tau_sd", "seconds_mean")
+    with_pl_config(table)
+    return 0
+
+
+def with_pl_config(table: object) -> None:
+    """Print a summary table in full (no elided rows or columns)."""
+    import polars as pl
+
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, float_precision=3, tbl_hide_dataframe_shape=True,
+                   tbl_hide_column_data_types=True, tbl_width_chars=160):
+        print(table)

@@ -1,0 +1,52 @@
+"""Figures and text summaries of evaluation results (shared by bench/ and the pipeline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: never needs a display, also inside Dagster workers
+
+import matplotlib.pyplot as plt
+import polars as pl
+
+
+def plot_mae_vs_k(summary: pl.DataFrame, out: str | Path) -> Path:
+    """MAE (mean +- sd over seeds) against K, one panel per benchmark, one line per method.
+
+    ``summary`` is :func:`sparseeval.evaluation.summarize` output.
+    """
+    out = Path(out)
+    benchmarks = sorted(summary["benchmark"].unique().to_list())
+    fig, axes = plt.subplots(1, len(benchmarks), figsize=(4.2 * len(benchmarks), 3.6), squeeze=False)
+    for ax, bench in zip(axes[0], benchmarks, strict=True):
+        part = summary.filter(pl.col("benchmark") == bench)
+        for method in sorted(part["method"].unique().to_list()):
+            rows = part.filter(pl.col("method") == method).sort("k")
+            ax.errorbar(rows["k"].to_list(), rows["mae_mean"].to_list(),
+                        yerr=rows["mae_sd"].fill_null(0).to_list(), marker="o", ms=3, capsize=2,
+                        label=method, linewidth=2.2 if method.startswith("sparseeval") else 1.0)
+        ax.set_title(bench)
+        ax.set_xlabel("K anchors")
+        ax.set_ylabel("test MAE (points)")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def versus_best_baseline(summary: pl.DataFrame) -> pl.DataFrame:
+    """SparseEval rows beside the best baseline's mean MAE and tau at the same (benchmark, k)."""
+    base = summary.filter(~pl.col("method").str.starts_with("sparseeval"))
+    best = base.group_by("benchmark", "k").agg(pl.col("mae_mean").min().alias("best_baseline_mae"),
+                                               pl.col("tau_mean").max().alias("best_baseline_tau"))
+    se = summary.filter(pl.col("method").str.starts_with("sparseeval")).join(best, on=["benchmark", "k"])
+    return se.select("benchmark", "k", "method", pl.col("mae_mean").round(2).alias("mae"),
+                     pl.col("best_baseline_mae").round(2),
+                     (pl.col("mae_mean") / pl.col("best_baseline_mae")).round(3).alias("mae_ratio"),
+                     pl.col("tau_mean").round(3).alias("tau"), pl.col("best_baseline_tau").round(3),
+                     ).sort("benchmark", "k", "method")
