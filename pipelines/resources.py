@@ -49,7 +49,11 @@ class TrackingResource(dg.ConfigurableResource):
 
 
 class SourceResource(dg.ConfigurableResource):
-    """Where raw results come from; empty ``path`` means the embedded synthetic leaderboard."""
+    """Where raw results come from: a folder of result units (files or unit folders) in any supported format.
+
+    Empty ``path`` means ``<data dir>/source``, seeded with the embedded synthetic leaderboard in
+    ``<data dir>/source/synthetic``; files dropped beside it are ingested too (the sensor sees them).
+    """
 
     path: str = ""
     data_dir: str = "data"
@@ -58,11 +62,12 @@ class SourceResource(dg.ConfigurableResource):
     def resolve(self) -> Path:
         if self.path:
             return Path(self.path)
-        folder = Path(self.data_dir) / "source" / "synthetic"
-        if not (folder / "responses.parquet").is_file():
+        root = Path(self.data_dir) / "source"
+        embedded = root / "synthetic"
+        if not (embedded / "responses.parquet").is_file():
             # deterministic (seeded) and written atomically, so regenerating is harmless
-            write_leaderboard(generate_leaderboard(seed=self.synthetic_seed), folder)
-        return folder
+            write_leaderboard(generate_leaderboard(seed=self.synthetic_seed), embedded)
+        return root
 
 
 class SettingsResource(dg.ConfigurableResource):

@@ -220,11 +220,12 @@ def _has_duplicates(con: duckdb.DuckDBPyConnection, raw: str, items: list[str], 
     if n_pairs * len(items) > 8 * 2**28:  # bitmaps over 256 MB
         found = _run(con, f"SELECT count(*) - count(DISTINCT hash(model, benchmark, item_id)) FROM ({raw})")
         return bool(found[0][0])
-    con.register("_item_codes", pl.DataFrame({"item_id": items, "code": np.arange(len(items), dtype=np.int64)}))
+    codes = pl.DataFrame({"item_id": items, "code": np.arange(len(items), dtype=np.int64)})
+    con.register("_item_codes", codes)
     try:
-        found = _run(con, f"SELECT 1 FROM (SELECT count(*) AS n, bit_count(bitstring_agg(code, 0, {len(items) - 1})) "
-                          f"AS d FROM ({raw}) JOIN _item_codes USING (item_id) GROUP BY model, benchmark) "
-                          f"WHERE n <> d LIMIT 1")
+        found = _run(con, f"SELECT 1 FROM (SELECT count(*) AS n, "
+                          f"bit_count(bitstring_agg(code, 0, {len(items) - 1})) AS d FROM ({raw}) "
+                          f"JOIN _item_codes USING (item_id) GROUP BY model, benchmark) WHERE n <> d LIMIT 1")
     finally:
         con.unregister("_item_codes")
     return bool(found)

@@ -81,3 +81,22 @@ def db_fingerprint() -> Callable[[Path], dict[str, tuple[int, int]]]:
             con.close()
 
     return fingerprint
+
+
+@pytest.fixture(scope="session")
+def synthetic_matrix():
+    """A small synthetic leaderboard benchmark as a ResponseMatrix (160 models x ~90 items)."""
+    from sparseeval.matrix import build_matrix
+    from sparseeval.synthetic import generate_leaderboard
+
+    lb = generate_leaderboard(n_families=16, models_per_family=10, benchmarks={"arc": 150}, seed=3)
+    responses = lb.responses.rename({"correct": "score"}).with_columns(pl.col("score").cast(pl.Float64))
+    return build_matrix(responses, lb.scores, "arc")
+
+
+@pytest.fixture(scope="session")
+def openllm_parsed(openllm_dir: Path):
+    """The real data read once per session through the project's own reader."""
+    from sparseeval.sources import read_data
+
+    return read_data(openllm_dir)

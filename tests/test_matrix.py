@@ -217,6 +217,14 @@ def test_bulk_path_overlap_adds_only_new_rows_and_refuses_conflicts(tmp_path: Pa
     assert refused.status == "refused"
     assert "conflicting response" in refused.reason and "first.parquet" in refused.reason
     assert store.table_counts()["responses"] == 6
+    # a repeated key within one file (another model answered the same item, so counts alone agree)
+    dup = base.with_columns(item_id=pl.Series(["a", "a", "b"]), model=pl.Series(["m9", "m9", "m8"]))
+    dup.write_parquet(tmp_path / "dup.parquet")
+    from sparseeval.store import _bulk_long
+
+    assert _bulk_long(tmp_path / "dup.parquet") is None
+    refused = store.ingest(tmp_path / "dup.parquet").files[0]
+    assert refused.status == "refused" and "duplicate key (model='m9'" in refused.reason
 
 
 def test_matrix_from_the_store_lazily_equals_eager(small_long_dir: Path, tmp_path: Path) -> None:
