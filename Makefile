@@ -1,0 +1,60 @@
+# sparseeval: two commands on a fresh machine.
+#   make run    install into .venv, then run the whole pipeline on the embedded synthetic leaderboard
+#   make test   install into .venv (with test extras), then ruff + the whole test suite
+# torch is installed first and pinned: an unpinned torch pulled in by another package would be a
+# multi-GB CUDA build.
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+TORCH   ?= torch==2.13.0
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install run test lint ui mlflow-ui clean bench-accuracy bench-speed bench-ingest bench-coverage
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+$(DAGSTER_HOME)/dagster.yaml: pipelines/dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp pipelines/dagster.yaml $@
+
+run: install $(DAGSTER_HOME)/dagster.yaml
+	$(PY) -m pipelines.run_all
+
+test: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+ui: install $(DAGSTER_HOME)/dagster.yaml
+	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+mlflow-ui: install
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow ui \
+	  --backend-store-uri sqlite:///$(SPARSEEVAL_DATA_DIR)/mlflow.db \
+	  --default-artifact-root $(SPARSEEVAL_DATA_DIR)/mlartifacts -h 127.0.0.1 -p 5000
+
+bench-accuracy: install
+	$(PY) bench/accuracy.py
+
+bench-speed: install
+	$(PY) bench/speed.py
+
+bench-ingest: install
+	$(PY) bench/ingest.py --scale 0.1
+
+bench-coverage: install
+	$(PY) bench/coverage.py
+
+clean:
+	rm -rf data .dagster_home
