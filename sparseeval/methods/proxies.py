@@ -141,58 +141,81 @@ def _as_inputs(X: torch.Tensor) -> torch.Tensor:
 def train_mlp(X: torch.Tensor, y: torch.Tensor, X_val: torch.Tensor, y_val: torch.Tensor, *,
               members: int = 1, lr: float = 3e-3, weight_decay: float = 1e-4, max_epochs: int = 3000,
               check_every: int = 10, patience: int = 20, dropout: float = 0.1, seed: int = 0,
-              init: BatchedMLP | None = None) -> MLPTrainResult:
+              init: BatchedMLP | None = None, offset: torch.Tensor | None = None,
+              offset_val: torch.Tensor | None = None) -> MLPTrainResult:
     """Train an ensemble of MLPs full-batch with Adam; early stopping on validation MSE per member.
 
-    Each member keeps the state of its own best validation check (a masked copy), and training
-    ends when no member improved for ``patience`` checks. ``X``/``X_val`` are (n, K) shared by all
-    members or (members, n, K) for a batch of different anchor sets. ``init`` warm-starts from a
-    previous model (refinement steps change one anchor at a time, so most weights stay useful).
+    Each member keeps the state of its own best validation check (a masked copy; the state before
+    the first step counts as a check), and training ends when no member improved for ``patience``
+    checks. ``X``/``X_val`` are (n, K) shared by all members or (members, n, K) for a batch of
+    different anchor sets. ``init`` warm-starts from a previous model (refinement steps change one
+    anchor at a time, so most weights stay useful).
+
+    ``offset``/``offset_val``: per-model logits added to the network's output before the sigmoid.
+    With the last layer zero-initialised the ensemble starts *exactly* at the offset predictor
+    (the ridge fit) and early stopping can only keep what improves on it on validation models.
     """
     device = X.device
     gen = torch.Generator().manual_seed(seed)
     k = X.shape[-1]
     model = BatchedMLP(members, k, dropout=dropout, generator=gen).to(device)
+    off = torch.zeros((), device=device) if offset is None else offset
+    off_val = torch.zeros((), device=device) if offset_val is None else offset_val
     if init is not None:
         model.load_state_dict(init.state_dict())
+    elif offset is not None:
+        with torch.no_grad():
+            model.weights[-1].zero_()
+            model.biases[-1].zero_()
     else:
         with torch.no_grad():  # start at the mean score: the sigmoid output begins where the data is
             mean = y.mean().clamp(1e-3, 1 - 1e-3)
             model.biases[-1].fill_(float(torch.log(mean / (1 - mean))))
     Xi, Xvi = _as_inputs(X), _as_inputs(X_val)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    best = torch.full((members,), float("inf"), device=device)
     best_state = [p.detach().clone() for p in model.parameters()]
+
+    def val_mse() -> torch.Tensor:
+        model.eval()
+        with torch.no_grad():
+            return ((torch.sigmoid(model.logits(Xvi) + off_val) - y_val) ** 2).mean(-1)
+
+    best = val_mse()
     stale = 0
     epoch = 0
     torch.manual_seed(seed)  # dropout masks
     for epoch in range(1, max_epochs + 1):
         model.train()
         opt.zero_grad(set_to_none=True)
-        loss = ((model(Xi) - y) ** 2).mean(-1).sum()
+        loss = ((torch.sigmoid(model.logits(Xi) + off) - y) ** 2).mean(-1).sum()
         loss.backward()
         opt.step()
         if epoch % check_every and epoch != max_epochs:
             continue
-        model.eval()
-        with torch.no_grad():
-            val = ((model(Xvi) - y_val) ** 2).mean(-1)
-            improved = val < best - 1e-7
-            if improved.any():
-                best = torch.where(improved, val, best)
+        val = val_mse()
+        improved = val < best - 1e-7
+        if improved.any():
+            best = torch.where(improved, val, best)
+            with torch.no_grad():
                 for saved, p in zip(best_state, model.parameters(), strict=True):
                     mask = improved.view(-1, *([1] * (p.dim() - 1)))
                     saved.copy_(torch.where(mask, p.detach(), saved))
-                stale = 0
-            else:
-                stale += 1
-                if stale >= patience:
-                    break
+            stale = 0
+        else:
+            stale += 1
+            if stale >= patience:
+                break
     with torch.no_grad():
         for saved, p in zip(best_state, model.parameters(), strict=True):
             p.copy_(saved)
     model.eval()
     return MLPTrainResult(model, best, epoch)
+
+
+def logit(p: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """log(p / (1 - p)) with p clipped into [eps, 1 - eps] (scores of exactly 0 or 1 stay finite)."""
+    p = p.clamp(eps, 1 - eps)
+    return torch.log(p / (1 - p))
 
 
 def input_gradient_importance(model: BatchedMLP, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
