@@ -68,7 +68,7 @@ class _SparseEvalBase(AnchorEstimator):
     proxy: str = "linear"
 
     def __init__(self, k: int, *, random_state: int = 0, device: str = "auto", start: str = "auto",
-                 max_steps: int | None = None, n_weak: int = 4, n_cand: int = 16, alpha: float = 1.0,
+                 max_steps: int | None = None, n_weak: int = 8, n_cand: int = 32, alpha: float = 1.0,
                  members: int = 2, max_epochs: int = 2000, lr: float = 1e-2, ais: str = "linear") -> None:
         super().__init__(k, random_state=random_state, device=device)
         if start not in ("auto", "kmeans", "random"):
