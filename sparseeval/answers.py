@@ -16,7 +16,6 @@ is an :class:`~sparseeval.readers.base.InputError` naming the file and the probl
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -25,11 +24,8 @@ import polars as pl
 
 from sparseeval.benchmarks import BenchmarkNameError, canonical_benchmark
 from sparseeval.readers.base import RESPONSES_SCHEMA, InputError
+from sparseeval.readers.lm_eval import read_lm_eval
 
-#: metrics read from lm-eval samples, in order of preference (the task's first metric otherwise)
-PREFERRED_METRICS = ("acc", "exact_match", "mc2", "acc_norm")
-#: lm-eval filters in order of preference when a task logs several (e.g. gsm8k)
-PREFERRED_FILTERS = ("none", "strict-match", "flexible-extract")
 _SAMPLES_RE = re.compile(r"^samples_(?P<task>.+)_(?P<stamp>\d{4}-\d{2}-\d{2}T[\d\-.:]+)\.jsonl$")
 
 
@@ -65,12 +61,8 @@ def read_lm_eval_folder(folder: Path) -> pl.DataFrame:
 
 
 def _read_model_folder(target: Path, files: list[Path]) -> pl.DataFrame:
-    """One model's folder (or one samples file): the project's full lm-eval reader when present
-    (it knows each leaderboard benchmark's metric and filter), else a minimal parser."""
-    try:
-        from sparseeval.readers.lm_eval import read_lm_eval
-    except ImportError:
-        return _read_samples_files(files, target if target.is_dir() else target.parent)
+    """One model's folder (or one samples file), through the project's lm-eval reader: it knows
+    each leaderboard benchmark's metric and filter, and the MMLU subject ids."""
     return read_lm_eval(target).responses.select(list(RESPONSES_SCHEMA))
 
 
@@ -79,78 +71,6 @@ def _by_parent(files: list[Path]) -> dict[Path, list[Path]]:
     for f in files:
         groups.setdefault(f.parent, []).append(f)
     return groups
-
-
-def _model_name(folder: Path) -> str:
-    """Model name from the newest ``results_*.json`` next to the samples, else the folder name."""
-    for res in sorted(folder.glob("results_*.json"), reverse=True):
-        try:
-            meta = json.loads(res.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InputError(res, f"not valid JSON: {exc}") from None
-        args = (meta.get("config") or {}).get("model_args")
-        if isinstance(args, str):  # "pretrained=org/name,dtype=..." names the model best
-            m = re.search(r"(?:^|,)\s*pretrained=([^,]+)", args)
-            if m:
-                return m.group(1).strip()
-        if isinstance(args, dict) and isinstance(args.get("pretrained"), str):
-            return args["pretrained"]
-        if meta.get("model_name"):
-            return str(meta["model_name"])
-    return folder.name
-
-
-def _item_key(task: str, doc_id: int) -> tuple[str, str]:
-    """(benchmark, item_id) of an lm-eval sample; MMLU subtasks become ``mmlu`` / ``subject.doc``."""
-    bench = canonical_benchmark(task)
-    if bench == "mmlu" and task.lower().startswith("mmlu_"):
-        return bench, f"{task[len('mmlu_'):]}.{doc_id}"
-    return bench, str(doc_id)
-
-
-def _read_samples_files(files: list[Path], folder: Path) -> pl.DataFrame:
-    """Parse samples files of one model: doc_id and the task's metric (one filter per task)."""
-    # newest run per task wins when a folder holds several
-    newest: dict[str, Path] = {}
-    for f in sorted(files, key=lambda p: _SAMPLES_RE.match(p.name).group("stamp")):  # type: ignore[union-attr]
-        newest[_SAMPLES_RE.match(f.name).group("task")] = f  # type: ignore[union-attr]
-    model = _model_name(folder)
-    rows: dict[str, list] = {"model": [], "benchmark": [], "item_id": [], "score": []}
-    for task, f in sorted(newest.items()):
-        records = []
-        with f.open(encoding="utf-8") as fh:
-            for n, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f, f"not valid JSON: {exc.msg}", line=n) from None
-                if not isinstance(rec, dict) or "doc_id" not in rec:
-                    raise InputError(f, "sample record without doc_id", line=n)
-                records.append((n, rec))
-        if not records:
-            continue
-        filters = {rec.get("filter", "none") for _, rec in records}
-        chosen = next((p for p in PREFERRED_FILTERS if p in filters), sorted(filters)[0])
-        for n, rec in records:
-            if rec.get("filter", "none") != chosen:
-                continue
-            metric = next((m for m in PREFERRED_METRICS if m in rec),
-                          (rec.get("metrics") or [None])[0])
-            value = rec.get(metric) if metric else None
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise InputError(f, "sample has no numeric metric (looked for "
-                                    f"{', '.join(PREFERRED_METRICS)})", line=n)
-            try:
-                bench, item = _item_key(task, int(rec["doc_id"]))
-            except (BenchmarkNameError, ValueError, TypeError) as exc:
-                raise InputError(f, f"bad task or doc_id: {exc}", line=n) from None
-            rows["model"].append(model)
-            rows["benchmark"].append(bench)
-            rows["item_id"].append(item)
-            rows["score"].append(float(value))
-    return pl.DataFrame(rows, schema=RESPONSES_SCHEMA)
 
 
 # -- tables -------------------------------------------------------------------------------------

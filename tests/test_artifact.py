@@ -213,9 +213,9 @@ def test_cli_fit_export_predict_compare(tmp_path: Path, capsys) -> None:
     assert "nowhere: not a predictor folder" in capsys.readouterr().err
 
 
-def test_minimal_samples_parser(tmp_path: Path) -> None:
-    """The fallback parser (used when the project's lm-eval reader is absent): metric, filter, MMLU ids."""
-    from sparseeval.answers import _read_samples_files
+def test_answers_from_an_lm_eval_folder(tmp_path: Path) -> None:
+    """Answers read from lm-eval samples: metric, filter (strict-match for gsm8k), MMLU ids, bad lines."""
+    from sparseeval.answers import read_answers
 
     folder = tmp_path / "org__model"
     folder.mkdir()
@@ -228,10 +228,11 @@ def test_minimal_samples_parser(tmp_path: Path) -> None:
     gsm.write_text("\n".join(json.dumps({"doc_id": d, "filter": f, "metrics": ["exact_match"],
                                          "exact_match": float(f == "flexible-extract")})
                              for d in range(2) for f in ("flexible-extract", "strict-match")) + "\n")
-    df = _read_samples_files([mmlu, gsm], folder).sort("benchmark", "item_id")
+    df = read_answers(folder).sort("benchmark", "item_id")
     assert df.rows() == [("org/model", "gsm8k", "0", 0.0), ("org/model", "gsm8k", "1", 0.0),
                          ("org/model", "mmlu", "anatomy.0", 0.0), ("org/model", "mmlu", "anatomy.1", 1.0),
                          ("org/model", "mmlu", "anatomy.2", 0.0)]
-    gsm.write_text('{"doc_id": 0, "filter": "none"\n')
-    with pytest.raises(InputError, match=r"samples_gsm8k_.*line 1"):
-        _read_samples_files([gsm], folder)
+    gsm.write_text('{"doc_id": 0, "filter": "strict-match", "metrics": ["exact_match"], "exact_match": 1.0}\n'
+                   '{"doc_id": 1, "filter": "strict-match"\n')
+    with pytest.raises(InputError, match=r"samples_gsm8k_.*line 2"):
+        read_answers(folder)

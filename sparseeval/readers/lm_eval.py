@@ -284,7 +284,10 @@ def plan_task(path: Path, task: str, rf: ResultsFile | None, sample_metrics: Seq
     filters = [f for m, f in reported if m == metric]
     order = [f["name"] for f in config.get("filter_list") or [] if isinstance(f, dict) and "name" in f]
     ordered = [f for f in order if f in filters] + [f for f in filters if f not in order]
-    chosen_filter = ordered[0] if ordered else (sample_filters[0] if sample_filters else None)
+    if not ordered:  # no results to go by: the unfiltered score, else the leaderboard's strict match
+        preferred = [f for f in ("none", "strict-match") if f in sample_filters]
+        ordered = preferred + [f for f in sample_filters if f not in preferred]
+    chosen_filter = ordered[0] if ordered else None
     return TaskPlan(task=task, benchmark=benchmark, prefix=prefix, metric=metric, filter=chosen_filter)
 
 
