@@ -122,6 +122,18 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+@contextlib.contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """BEGIN ... COMMIT, or ROLLBACK on any exception (KeyboardInterrupt included)."""
+    con.begin()
+    try:
+        yield
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+
+
 def _run(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
     """Execute and fetch everything: DuckDB 2 refuses new work while a result is unfinished."""
     con.execute(sql, params)
@@ -408,14 +420,9 @@ class Store:
             con.close()
 
     def _execute_script(self, con: duckdb.DuckDBPyConnection) -> None:
-        con.begin()
-        try:
+        with _transaction(con):
             for name in ("schema.sql", "views.sql"):
                 _run(con, (SQL_DIR / name).read_text(encoding="utf-8"))
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
 
     def _publish(self, con: duckdb.DuckDBPyConnection) -> None:
         """Copy the checkpointed file to the snapshot atomically (we still hold the write lock)."""
@@ -713,33 +720,27 @@ class Store:
                    "weights": None if weights is None else [float(w) for w in weights]}
         content_hash = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
         params_json = json.dumps(dict(params or {}), sort_keys=True, default=str)
-        with self._write() as con:
-            con.begin()
-            try:
-                found = _run(con, "SELECT anchor_set_id FROM anchor_sets WHERE content_hash = ?",
-                                    [content_hash])
-                if found:
-                    anchor_set_id = int(found[0][0])
-                    _run(con, "UPDATE anchor_sets SET mlflow_run_id = coalesce(?, mlflow_run_id), "
-                                "artifact_uri = coalesce(?, artifact_uri) WHERE anchor_set_id = ?",
-                                [mlflow_run_id, artifact_uri, anchor_set_id])
-                else:
-                    anchor_set_id = int(_run(
-                        con,
-                        "INSERT INTO anchor_sets (benchmark, method, k, seed, created_at, n_train_models, "
-                        "params, content_hash, mlflow_run_id, artifact_uri) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING anchor_set_id",
-                        [benchmark, method, int(k), seed, _now(), n_train_models, params_json, content_hash,
-                         mlflow_run_id, artifact_uri])[0][0])
-                    con.executemany(
-                        "INSERT INTO anchors VALUES (?, ?, ?, ?, ?)",
-                        [[anchor_set_id, pos, benchmark, str(item), None if weights is None else float(w)]
-                         for pos, (item, w) in enumerate(zip(items, weights or [None] * len(items),
-                                                             strict=True))])
-                con.commit()
-            except BaseException:
-                con.rollback()
-                raise
+        with self._write() as con, _transaction(con):
+            found = _run(con, "SELECT anchor_set_id FROM anchor_sets WHERE content_hash = ?",
+                                [content_hash])
+            if found:
+                anchor_set_id = int(found[0][0])
+                _run(con, "UPDATE anchor_sets SET mlflow_run_id = coalesce(?, mlflow_run_id), "
+                            "artifact_uri = coalesce(?, artifact_uri) WHERE anchor_set_id = ?",
+                            [mlflow_run_id, artifact_uri, anchor_set_id])
+            else:
+                anchor_set_id = int(_run(
+                    con,
+                    "INSERT INTO anchor_sets (benchmark, method, k, seed, created_at, n_train_models, "
+                    "params, content_hash, mlflow_run_id, artifact_uri) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING anchor_set_id",
+                    [benchmark, method, int(k), seed, _now(), n_train_models, params_json, content_hash,
+                     mlflow_run_id, artifact_uri])[0][0])
+                con.executemany(
+                    "INSERT INTO anchors VALUES (?, ?, ?, ?, ?)",
+                    [[anchor_set_id, pos, benchmark, str(item), None if weights is None else float(w)]
+                     for pos, (item, w) in enumerate(zip(items, weights or [None] * len(items),
+                                                         strict=True))])
         return anchor_set_id
 
     def save_evaluations(self, rows: Iterable[Mapping[str, Any]] | pl.DataFrame) -> int:
@@ -751,20 +752,14 @@ class Store:
         if unknown:
             raise ValueError(f"unknown evaluation column(s): {', '.join(unknown)}")
         values = [[r.get(c) for c in cols] + [_now()] for r in records]
-        with self._write() as con:
-            con.begin()
-            try:
-                con.executemany(
-                    "DELETE FROM evaluations WHERE benchmark = ? AND method = ? AND k = ? "
-                    "AND seed IS NOT DISTINCT FROM ? AND split_policy IS NOT DISTINCT FROM ?",
-                    [v[:5] for v in values])
-                if values:
-                    con.executemany(f"INSERT INTO evaluations ({', '.join(cols)}, created_at) "
-                                    f"VALUES ({', '.join('?' * (len(cols) + 1))})", values)
-                con.commit()
-            except BaseException:
-                con.rollback()
-                raise
+        with self._write() as con, _transaction(con):
+            con.executemany(
+                "DELETE FROM evaluations WHERE benchmark = ? AND method = ? AND k = ? "
+                "AND seed IS NOT DISTINCT FROM ? AND split_policy IS NOT DISTINCT FROM ?",
+                [v[:5] for v in values])
+            if values:
+                con.executemany(f"INSERT INTO evaluations ({', '.join(cols)}, created_at) "
+                                f"VALUES ({', '.join('?' * (len(cols) + 1))})", values)
         return len(values)
 
     def save_predictions(self, rows: Iterable[Mapping[str, Any]] | pl.DataFrame) -> int:
@@ -775,14 +770,8 @@ class Store:
         bad = [v for v in values if v[3] is None or not 0.0 <= float(v[3]) <= 1.0]
         if bad:
             raise ValueError(f"prediction outside [0, 1] for model {bad[0][0]!r}: {bad[0][3]}")
-        with self._write() as con:
-            con.begin()
-            try:
-                if values:
-                    con.executemany(f"INSERT OR REPLACE INTO predictions ({', '.join(cols)}, created_at) "
-                                    f"VALUES ({', '.join('?' * (len(cols) + 1))})", values)
-                con.commit()
-            except BaseException:
-                con.rollback()
-                raise
+        with self._write() as con, _transaction(con):
+            if values:
+                con.executemany(f"INSERT OR REPLACE INTO predictions ({', '.join(cols)}, created_at) "
+                                f"VALUES ({', '.join('?' * (len(cols) + 1))})", values)
         return len(values)

@@ -12,7 +12,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-import sparseeval.methods
 from sparseeval import calibration as cal
 from sparseeval.answers import read_answers
 from sparseeval.artifact import ArtifactError, harness_location, load_predictor
@@ -21,14 +20,8 @@ from sparseeval.export import anchor_table, lm_eval_samples, write_export
 from sparseeval.readers.base import InputError
 from sparseeval.scoring import TooFewAnchorsError, fit_predictor, predict
 
-
-def pick_method() -> str:
-    """The project's SparseEval linear predictor when registered, else the random-linear baseline."""
-    names = sparseeval.methods.available_methods()
-    for name in ("sparseeval-linear", "random-linear"):
-        if name in names:
-            return name
-    pytest.skip("no linear anchor method registered")
+#: the method the scoring tests publish (fast and deterministic)
+METHOD = "sparseeval-linear"
 
 
 def irt_long(n_models: int = 300, n_items: int = 60, pool: int = 400, seed: int = 0,
@@ -51,7 +44,7 @@ def irt_long(n_models: int = 300, n_items: int = 60, pool: int = 400, seed: int 
 @pytest.fixture(scope="module")
 def fitted():
     responses, scores = irt_long()
-    return fit_predictor(responses, scores, "toy", 10, pick_method(), seed=1), responses, scores
+    return fit_predictor(responses, scores, "toy", 10, METHOD, seed=1), responses, scores
 
 
 def test_conformal_quantile_rank() -> None:
@@ -191,7 +184,7 @@ def test_cli_fit_export_predict_compare(tmp_path: Path, capsys) -> None:
     responses.write_parquet(data / "responses.parquet")
     scores.write_parquet(data / "scores.parquet")
     reg = tmp_path / "registry"
-    assert main(["fit", "--data", str(data), "--benchmark", "toy", "-k", "8", "--method", pick_method(),
+    assert main(["fit", "--data", str(data), "--benchmark", "toy", "-k", "8", "--method", METHOD,
                  "--registry", str(reg)]) == 0
     assert (reg / "toy" / "predictor.json").is_file()
     assert main(["export", "--benchmark", "toy", "--registry", str(reg),
