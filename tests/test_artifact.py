@@ -190,6 +190,10 @@ def test_cli_fit_export_predict_compare(tmp_path: Path, capsys) -> None:
     assert main(["export", "--benchmark", "toy", "--registry", str(reg),
                  "--out", str(tmp_path / "a.json")]) == 0
     assert len(json.loads((tmp_path / "a.json").read_text())["toy"]) == 8
+    # no --predictor/--benchmark: every published predictor in the registry
+    assert main(["export", "--registry", str(reg), "--format", "csv", "--out", str(tmp_path / "all.csv")]) == 0
+    assert pl.read_csv(tmp_path / "all.csv").height == 8
+    assert main(["export", "--registry", str(tmp_path / "empty"), "--out", str(tmp_path / "x.json")]) == 2
     answers = tmp_path / "answers.parquet"
     responses.filter(pl.col("model").is_in(["org1/m1", "org2/m2"])).write_parquet(answers)
     capsys.readouterr()

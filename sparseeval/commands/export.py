@@ -1,5 +1,7 @@
 """``sparseeval export``: the predictors' anchors as an lm-eval ``--samples`` file or a CSV.
 
+Without ``--predictor`` or ``--benchmark`` every predictor published in ``--registry`` is exported.
+
 Run a new model on the anchors only with
 ``lm_eval run --model ... --tasks <tasks> --samples OUT --log_samples --output_path RUN``,
 then score it with ``sparseeval predict --answers RUN``.
@@ -17,7 +19,7 @@ from sparseeval.export import FORMATS, lm_eval_samples, write_export
 
 def run(args: argparse.Namespace) -> int:
     try:
-        artifacts = load_predictors(args)
+        artifacts = load_predictors(args, default_all=True)
         out = write_export(artifacts, args.format, args.out)
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)

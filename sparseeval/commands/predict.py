@@ -41,11 +41,21 @@ def add_predictor_arguments(parser: argparse.ArgumentParser, *, many: bool = Tru
                              f"(default {DEFAULT_REGISTRY})")
 
 
-def load_predictors(args: argparse.Namespace) -> list[PredictorArtifact]:
-    """The predictors named by ``--predictor`` and ``--benchmark`` (at least one is required)."""
+def published_folders(registry: Path) -> list[Path]:
+    """Every published predictor folder ``<registry>/<benchmark>/`` (sorted by benchmark)."""
+    return sorted(p.parent for p in registry.glob("*/predictor.json")) if registry.is_dir() else []
+
+
+def load_predictors(args: argparse.Namespace, *, default_all: bool = False) -> list[PredictorArtifact]:
+    """The predictors named by ``--predictor`` and ``--benchmark``; with neither, every published
+    one in ``--registry`` when ``default_all`` (export), else an error."""
     folders = [args.predictor] if isinstance(args.predictor, Path) else list(args.predictor or [])
     benches = [args.benchmark] if isinstance(args.benchmark, str) else list(args.benchmark or [])
     folders += [args.registry / canonical_benchmark(b) for b in benches]
+    if not folders and default_all:
+        folders = published_folders(args.registry)
+        if not folders:
+            raise ValueError(f"no published predictors in {args.registry} (run the pipeline or 'sparseeval fit')")
     if not folders:
         raise ValueError("give --predictor DIR or --benchmark B")
     return [load_predictor(f) for f in folders]
