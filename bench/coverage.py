@@ -21,16 +21,9 @@ import polars as pl
 
 import sparseeval.methods
 from sparseeval.scoring import fit_predictor, predict
+from sparseeval.sources import read_data
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm_v1"
-
-
-def load(data: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
-    responses = pl.read_parquet(data / "responses.parquet")
-    if "correct" in responses.columns:
-        responses = responses.rename({"correct": "score"})
-    return (responses.with_columns(pl.col("score").cast(pl.Float64)),
-            pl.read_parquet(data / "scores.parquet"))
 
 
 def one_run(responses: pl.DataFrame, scores: pl.DataFrame, bench: str, k: int, method: str, seed: int,
@@ -88,7 +81,8 @@ def main() -> None:
     args = parser.parse_args()
     method = args.method or next(m for m in ("sparseeval-linear", "random-linear")
                                  if m in sparseeval.methods.available_methods())
-    responses, scores = load(args.data)
+    parsed = read_data(args.data)
+    responses, scores = parsed.responses, parsed.scores
     benches = args.benchmarks or sorted(scores.get_column("benchmark").unique().to_list())
     cols = ("coverage", "width", "mae", "cov_half", "width_half", "ood_rate", "predict_ms", "fit_s")
     print(f"method {method}, 90% split-conformal intervals, seeds {args.seeds}, "

@@ -13,46 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-import polars as pl
-
 from sparseeval.benchmarks import canonical_benchmark
 from sparseeval.commands.predict import DEFAULT_REGISTRY, USER_ERRORS
-from sparseeval.readers.base import InputError, ParsedResults
 from sparseeval.scoring import fit_predictor
-
-
-def read_data(path: Path) -> ParsedResults:
-    """A long-format source: the project's readers when present, else responses/scores parquet.
-
-    A folder of ``responses.*`` / ``scores.*`` is a long-format folder (``readers.long``); anything
-    else goes to the source detector (lm-eval output, leaderboard details, a single long file).
-    """
-    try:
-        from sparseeval.readers.long import read_long
-    except ImportError:
-        read_long = None
-    try:
-        from sparseeval.readers.detect import read_source
-    except ImportError:
-        read_source = None
-    if read_long is not None and path.is_dir() and any(path.glob("responses.*")):
-        return read_long(path)
-    if read_source is not None:
-        return read_source(path)
-    resp_path, score_path = path / "responses.parquet", path / "scores.parquet"
-    if not resp_path.is_file():
-        raise InputError(path, "no responses.parquet in this folder")
-    try:
-        responses = pl.read_parquet(resp_path)
-        if "score" not in responses.columns and "correct" in responses.columns:
-            responses = responses.rename({"correct": "score"})
-        responses = responses.select("model", "benchmark", pl.col("item_id").cast(pl.String),
-                                     pl.col("score").cast(pl.Float64))
-        scores = pl.read_parquet(score_path).select("model", "benchmark", pl.col("score").cast(pl.Float64)) \
-            if score_path.is_file() else None
-    except (pl.exceptions.PolarsError, OSError) as exc:
-        raise InputError(path, f"cannot read long-format parquet: {str(exc).splitlines()[0]}") from None
-    return ParsedResults(responses=responses, **({"scores": scores} if scores is not None else {}))
+from sparseeval.sources import read_data
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("fit", help="fit, calibrate and save a predictor for one benchmark",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, required=True, metavar="DIR",
-                   help="long-format results (responses + scores)")
+                   help="results in any supported format (every model is used for fitting or calibration)")
     p.add_argument("--benchmark", required=True, metavar="B")
     p.add_argument("-k", "--k", type=int, required=True, help="number of anchors")
     p.add_argument("--method", default="sparseeval-mlp", help="registered method (default sparseeval-mlp)")
