@@ -94,3 +94,13 @@ def test_real_arc_sparseeval_beats_random_items(openllm_parsed) -> None:  # type
         random_maes.append(score_metrics(est.predict(Y[split.test][:, est.anchors_]), matrix.scores[split.test]).mae)
     assert se_mae < np.mean(random_maes), (se_mae, random_maes)
     assert se_mae < 0.85 * np.mean(random_maes)
+
+
+def test_library_api_is_reexported_at_top_level() -> None:
+    import sparseeval
+
+    for name in sparseeval.__all__:
+        assert getattr(sparseeval, name) is not None
+    assert "sparseeval-mlp" in sparseeval.available_methods()
+    with pytest.raises(AttributeError):
+        _ = sparseeval.no_such_function
