@@ -74,14 +74,14 @@ class SettingsResource(dg.ConfigurableResource):
     """Selection and evaluation settings shared by every asset of a run."""
 
     k: int = 20
-    method: str = "sparseeval-linear"
+    method: str = "sparseeval-mlp"
     seed: int = 0
     val_frac: float = 0.1
     test_frac: float = 0.2
     split_policy: str = "random"
     device: str = "auto"
     alpha: float = 0.1  #: 1 - interval coverage
-    compare_methods: str = "random,random-linear,anchor-points,gp-irt,sparseeval-linear"
+    compare_methods: str = "random,random-linear,anchor-points,gp-irt,sparseeval-linear,sparseeval-mlp"
     compare_ks: str = "10,20"
     compare_seeds: int = 3
     predictor_dir: str = "data/predictors"
@@ -107,7 +107,7 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
         "source": SourceResource(path=env.get("SPARSEEVAL_SOURCE", ""), data_dir=str(root)),
         "settings": SettingsResource(
             k=int(env.get("SPARSEEVAL_K", "20")),
-            method=env.get("SPARSEEVAL_METHOD", "sparseeval-linear"),
+            method=env.get("SPARSEEVAL_METHOD", "sparseeval-mlp"),
             seed=int(env.get("SPARSEEVAL_SEED", "0")),
             device=env.get("SPARSEEVAL_DEVICE", "auto"),
             compare_seeds=int(env.get("SPARSEEVAL_COMPARE_SEEDS", "3")),
