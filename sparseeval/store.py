@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import json
 import logging
 import os
@@ -51,7 +50,8 @@ import polars as pl
 import sparseeval
 from sparseeval.benchmarks import BenchmarkNameError, canonical_benchmark
 from sparseeval.readers.base import RESPONSES_SCHEMA, SCORES_SCHEMA, InputError, ParsedResults
-from sparseeval.readers.long import long_format, read_long, read_long_file
+from sparseeval.readers.detect import detect_format, iter_sources, read_source
+from sparseeval.readers.long import long_format, read_long_file
 from sparseeval.validation import MAX_ID_LENGTH, validate_results
 
 log = logging.getLogger(__name__)
@@ -59,9 +59,6 @@ log = logging.getLogger(__name__)
 SQL_DIR = Path(sparseeval.__file__).resolve().parents[1] / "sql"
 TABLES = ("models", "items", "responses", "scores", "ingests", "anchor_sets", "anchors", "evaluations",
           "predictions")
-#: files a folder walk passes over silently (documentation next to the data, editor/OS files)
-_IGNORED_SUFFIXES = {".md", ".txt", ".rst", ".lock", ".tmp"}
-_IGNORED_STEMS = ("readme", "license", "licence")
 
 Reader = Callable[[Path], ParsedResults]
 
@@ -140,44 +137,15 @@ def _run(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None 
     return con.fetchall()
 
 
-def _detect_module() -> Any | None:
-    """``sparseeval.readers.detect`` if installed (lm-eval / leaderboard formats), else None."""
-    try:
-        return importlib.import_module("sparseeval.readers.detect")
-    except ModuleNotFoundError as exc:
-        if exc.name != "sparseeval.readers.detect":
-            raise
-        return None
-
-
 def default_reader(path: Path) -> ParsedResults:
-    """``detect.read_source`` when that module exists, else the long-table reader."""
-    detect = _detect_module()
-    if detect is not None and hasattr(detect, "read_source"):
-        return detect.read_source(path)
-    return read_long(path)
+    """Read one unit in whatever supported format it is (see :mod:`sparseeval.readers.detect`)."""
+    return read_source(path)
 
 
 def discover_sources(path: Path) -> list[Path]:
-    """The ingest units under ``path``: the path itself if a file, else the files of the folder.
-
-    Defers to ``detect.discover_sources`` when present (an lm-eval run folder is one unit).
-    Hidden files and documentation (README, LICENSE, ``*.md``/``*.txt``) are passed over.
-    """
-    detect = _detect_module()
-    if detect is not None and hasattr(detect, "discover_sources"):
-        return [Path(p) for p in detect.discover_sources(path)]
-    if not path.is_dir():
-        return [path]
-    units = []
-    for file in sorted(path.rglob("*")):
-        rel = file.relative_to(path)
-        if not file.is_file() or any(part.startswith(".") for part in rel.parts):
-            continue
-        if file.suffix.lower() in _IGNORED_SUFFIXES or file.name.lower().startswith(_IGNORED_STEMS):
-            continue
-        units.append(file)
-    return units
+    """The ingest units under ``path`` (an lm-eval run folder or a long-table folder is one unit;
+    documentation and hidden files are passed over): :func:`sparseeval.readers.detect.iter_sources`."""
+    return iter_sources(path) if path.is_dir() else [path]
 
 
 def _source_format(path: Path, parsed: ParsedResults | None) -> str:
@@ -271,13 +239,11 @@ def _bulk_long(path: Path) -> _BulkLong | None:
     a score without responses) returns None, and the caller takes the regular reader + validator
     path, which refuses with its precise message. So both paths accept and store exactly the same.
     """
-    detect = _detect_module()
-    if detect is not None and hasattr(detect, "detect_format"):
-        try:
-            if detect.detect_format(path) != "long":
-                return None
-        except InputError:
+    try:
+        if detect_format(path) != "long":
             return None
+    except InputError:
+        return None
     others: dict[str, Path] = {}
     if path.is_dir():  # the same discovery rules as readers.long._read_folder
         for child in sorted(path.iterdir()):
@@ -290,7 +256,7 @@ def _bulk_long(path: Path) -> _BulkLong | None:
         fmt = "long"
     else:
         responses_file = path
-        fmt = "long" if detect is not None else f"long-{long_format(path)}"
+        fmt = "long"
     if responses_file is None or long_format(responses_file) != "parquet":
         return None
     con = duckdb.connect()

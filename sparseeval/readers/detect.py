@@ -154,7 +154,3 @@ def iter_sources(folder: str | Path) -> list[Path]:
                                           or entry.name.lower().startswith(_SKIPPED_STEMS)):
                 units.append(entry)
     return sorted(units)
-
-
-#: the name ``sparseeval.store`` looks for
-discover_sources = iter_sources
