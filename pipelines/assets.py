@@ -23,6 +23,7 @@ from sparseeval.matrix import EmptyMatrixError, ResponseMatrix, build_matrix
 from sparseeval.metrics import score_metrics
 from sparseeval.report import plot_mae_vs_k
 from sparseeval.scoring import artifact_from_fit, predict
+from sparseeval.sources import model_dates
 from sparseeval.synthetic import DEFAULT_BENCHMARKS
 from sparseeval.tracking import log_comparison, log_evaluation_run, register_predictor
 
@@ -94,11 +95,8 @@ def response_matrix(context: dg.AssetExecutionContext, store: StoreResource):
 
 
 def _dates(store: StoreResource, matrix: ResponseMatrix, policy: str) -> list[Any] | None:
-    if policy != "date":
-        return None
-    meta = store.store().model_metadata()
-    lookup = dict(zip(meta["model"].to_list(), meta["submitted_at"].to_list(), strict=True))
-    return [lookup.get(m) for m in matrix.models]
+    """Model dates for a split by date (read from the store only when that policy is chosen)."""
+    return model_dates(store.store().model_metadata(), matrix.models) if policy == "date" else None
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"pytorch", "duckdb"},

@@ -51,10 +51,10 @@ def read_data(path: str | Path) -> ParsedResults:
     )
 
 
-def model_dates(parsed: ParsedResults, models: list[str]) -> list[object] | None:
-    """Submission dates aligned with ``models`` (None where unknown); None if no model has one."""
-    meta = parsed.models
-    if meta.height == 0 or meta["submitted_at"].null_count() == meta.height:
+def model_dates(models_meta: pl.DataFrame, models: list[str]) -> list[object] | None:
+    """Submission dates from model metadata (``model``, ``submitted_at``) aligned with ``models``
+    (None where unknown); None if no model has one, so a date split can refuse clearly."""
+    if models_meta.height == 0 or models_meta["submitted_at"].null_count() == models_meta.height:
         return None
-    lookup = dict(zip(meta["model"].to_list(), meta["submitted_at"].to_list(), strict=True))
+    lookup = dict(zip(models_meta["model"].to_list(), models_meta["submitted_at"].to_list(), strict=True))
     return [lookup.get(m) for m in models]

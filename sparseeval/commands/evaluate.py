@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     with tqdm(total=total, desc="evaluate", unit="run", disable=args.no_progress, file=sys.stderr) as bar:
         for bench in benchmarks:
             matrix = build_matrix(parsed.responses, parsed.scores, bench)
-            dates = model_dates(parsed, matrix.models) if args.split == "date" else None
+            dates = model_dates(parsed.models, matrix.models) if args.split == "date" else None
 
             def tick(result: object) -> None:
                 bar.set_postfix_str(f"{result.benchmark} {result.method} k={result.k} "  # type: ignore[attr-defined]

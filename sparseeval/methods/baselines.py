@@ -20,6 +20,7 @@ from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 
 from sparseeval.methods.base import AnchorEstimator, column_means, impute, register
+from sparseeval.methods.proxies import ridge_fit
 
 # -- shared helpers (also used by :mod:`sparseeval.methods.irt`) -------------------------------
 
@@ -137,13 +138,11 @@ class RandomLinear(AnchorEstimator):
         Y = np.asarray(Y, dtype=np.float32)
         self._check_k(Y.shape[1])
         self._set_anchors(random_anchors(Y.shape[1], self.k, self.random_state), Y)
-        X = impute(Y[:, self.anchors_], self.anchor_fill_).astype(np.float64)
-        s = np.asarray(s, dtype=np.float64)
-        x_mean, s_mean = X.mean(axis=0), s.mean()
-        Xc = X - x_mean
-        coef = np.linalg.solve(Xc.T @ Xc + self.alpha * np.eye(self.k), Xc.T @ (s - s_mean))
-        self.coef_ = coef
-        self.intercept_ = float(s_mean - x_mean @ coef)
+        X = impute(Y[:, self.anchors_], self.anchor_fill_)
+        fit = ridge_fit(torch.as_tensor(X, dtype=torch.float64), torch.as_tensor(s, dtype=torch.float64),
+                        self.alpha)
+        self.coef_ = fit.coef.numpy()
+        self.intercept_ = float(fit.intercept)
         return self
 
     def _predict(self, X: np.ndarray) -> np.ndarray:

@@ -19,61 +19,27 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from sklearn.cluster import KMeans
 
+from sparseeval.methods.baselines import item_vectors, kmeans_anchors
 from sparseeval.methods.proxies import ridge_fit, ridge_gcv_from_gram
 
 #: importance(anchors) -> (AIS per anchor, residuals f(X) - s per training model)
 ImportanceFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
-def item_vectors(Y: np.ndarray) -> np.ndarray:
-    """Items as vectors over training models: ``2y - 1``, L2-normalised (rows = items)."""
-    V = (2.0 * Y - 1.0).T
-    norms = np.linalg.norm(V, axis=1, keepdims=True)
-    return V / np.where(norms > 0, norms, 1.0)
-
-
-def nearest_to_centroids(V: np.ndarray, k: int, seed: int, n_init: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    """K-means on item vectors; returns (anchor per cluster, cluster label per item).
-
-    The anchor of a cluster is its member nearest the centroid. Two clusters cannot share an item,
-    but an empty cluster can leave fewer than ``k`` distinct anchors: those are filled at random
-    (seeded) from the remaining items, as in the paper.
-    """
-    km = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit(V)
-    labels = km.labels_
-    anchors = np.full(k, -1, dtype=np.int64)
-    dist = ((V[:, None, :] - km.cluster_centers_[None, :, :]) ** 2).sum(-1) if V.shape[0] * k < 5e6 else None
-    for c in range(k):
-        members = np.flatnonzero(labels == c)
-        if members.size == 0:
-            continue
-        d = dist[members, c] if dist is not None else ((V[members] - km.cluster_centers_[c]) ** 2).sum(1)
-        anchors[c] = members[np.argmin(d)]
-    chosen = anchors[anchors >= 0]
-    chosen = np.unique(chosen)
-    if chosen.size < k:
-        rng = np.random.default_rng(seed)
-        rest = np.setdiff1d(np.arange(V.shape[0]), chosen)
-        chosen = np.concatenate([chosen, rng.choice(rest, k - chosen.size, replace=False)])
-    return chosen[:k], labels
-
-
 def kmeans_start(Y: np.ndarray, k: int, seed: int) -> np.ndarray:
-    """Initial anchors: the items nearest the k-means centroids of training item vectors."""
-    anchors, _ = nearest_to_centroids(item_vectors(Y), k, seed)
+    """Initial anchors: the items nearest the k-means centroids of training item vectors.
+
+    The same clustering as the Anchor Points baseline (empty clusters filled at random, seeded),
+    with fewer restarts: refinement moves the anchors afterwards anyway.
+    """
+    anchors, _ = kmeans_anchors(item_vectors(Y), k, seed, n_init=3)
     return anchors
-
-
-def random_start(n_items: int, k: int, seed: int) -> np.ndarray:
-    """Initial anchors: ``k`` distinct items drawn with the seed."""
-    return np.random.default_rng(seed).choice(n_items, size=k, replace=False).astype(np.int64)
 
 
 @dataclass
 class RefineResult:
-    """Outcome of refinement: the anchors, the LOO criterion, and one record per accepted swap."""
+    """Outcome of refinement: the anchors, the GCV criterion, and one record per accepted swap."""
 
     anchors: np.ndarray
     criterion: float

@@ -18,6 +18,7 @@ import torch
 
 from sparseeval.device import resolve_device
 from sparseeval.methods.base import AnchorEstimator, column_means, impute, register
+from sparseeval.methods.baselines import random_anchors
 from sparseeval.methods.proxies import (
     BatchedMLP,
     input_gradient_importance,
@@ -30,7 +31,6 @@ from sparseeval.methods.selection import (
     RefineResult,
     kmeans_start,
     linear_importance,
-    random_start,
     refine,
 )
 
@@ -124,7 +124,7 @@ class _SparseEvalBase(AnchorEstimator):
 
         t0 = time.perf_counter()
         starts = {"kmeans": lambda: kmeans_start(Yi, self.k, self.random_state),
-                  "random": lambda: random_start(Yi.shape[1], self.k, self.random_state)}
+                  "random": lambda: random_anchors(Yi.shape[1], self.k, self.random_state)}
         names = ["kmeans", "random"] if self.start == "auto" else [self.start]
         initial = {name: starts[name]() for name in names}
         t1 = time.perf_counter()
