@@ -75,10 +75,13 @@ def split_for_seed(matrix: ResponseMatrix, seed: int, config: ProtocolConfig,
 
 def fit_on_split(matrix: ResponseMatrix, split: Split, method: str, k: int, seed: int, *,
                  device: str = "auto", params: dict[str, Any] | None = None) -> AnchorEstimator:
-    """Fit ``method`` on the split's training models (validation models as ``Y_val``) only."""
+    """Fit ``method`` on the split's training models only; validation models (if the split has any)
+    go in as ``Y_val``, otherwise the estimator makes its own choices from training models."""
     Y = matrix.with_nan()
     est = make_estimator(method, k, random_state=seed, device=device, **(params or {}))
-    return est.fit(Y[split.train], matrix.scores[split.train], Y[split.val], matrix.scores[split.val])
+    has_val = len(split.val) > 0
+    return est.fit(Y[split.train], matrix.scores[split.train],
+                   Y[split.val] if has_val else None, matrix.scores[split.val] if has_val else None)
 
 
 def score_on_split(matrix: ResponseMatrix, split: Split, est: AnchorEstimator) -> np.ndarray:

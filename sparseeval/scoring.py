@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-import sparseeval.methods  # registers every method, so make_estimator finds them
+import sparseeval.methods  # registers every method: fitting and loading predictors look them up by name
 from sparseeval import calibration as cal
 from sparseeval.artifact import PredictorArtifact, build_anchors, load_predictor
+from sparseeval.evaluation import fit_on_split
 from sparseeval.matrix import ResponseMatrix, build_matrix
-from sparseeval.methods.base import AnchorEstimator, make_estimator
+from sparseeval.methods.base import AnchorEstimator
 from sparseeval.splits import Split, make_split
 
 #: fraction of the fitting models the estimator may use for early stopping (never calibration)
@@ -199,12 +200,7 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
     matrix = build_matrix(responses, scores, benchmark)
     split = make_split(matrix.models, policy="random", val_frac=VAL_FRAC * (1 - calibration_frac),
                        test_frac=calibration_frac, seed=seed)
-    Y = matrix.with_nan()
-    s = matrix.scores.astype(np.float32)
-    est = make_estimator(method, k, random_state=seed, device=device, **(method_params or {}))
-    Y_val = Y[split.val] if len(split.val) else None
-    s_val = s[split.val] if len(split.val) else None
-    est.fit(Y[split.train], s[split.train], Y_val, s_val)
+    est = fit_on_split(matrix, split, method, k, seed, device=device, params=method_params)
     return artifact_from_fit(matrix, split, est, alpha=alpha, seed=seed, models=models)
 
 

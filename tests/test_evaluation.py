@@ -104,3 +104,11 @@ def test_library_api_is_reexported_at_top_level() -> None:
     assert "sparseeval-mlp" in sparseeval.available_methods()
     with pytest.raises(AttributeError):
         _ = sparseeval.no_such_function
+
+
+def test_protocol_without_validation_models(synthetic_matrix: ResponseMatrix) -> None:
+    """val_frac=0: estimators get no Y_val (not empty arrays) and choose from training models."""
+    results = run_protocol(synthetic_matrix, ["gp-irt", "sparseeval-linear", "sparseeval-mlp"], [5], [0],
+                           config=ProtocolConfig(val_frac=0.0, test_frac=0.25))
+    assert [r.n_val for r in results] == [0, 0, 0]
+    assert all(np.isfinite(r.mae) and len(set(r.anchors)) == 5 for r in results)
