@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from sparseeval.evaluation import DEFAULT_METHODS, ProtocolConfig, results_frame, run_protocol, summarize
 from sparseeval.matrix import build_matrix
-from sparseeval.report import plot_mae_vs_k, versus_best_baseline
+from sparseeval.report import plot_mae_vs_k, print_table, versus_best_baseline
 from sparseeval.sources import read_data
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openllm_v1"
@@ -69,13 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         pl.format("{} ± {}", pl.col("tau_mean").round(3), pl.col("tau_sd").round(3)).alias("tau"),
         pl.col("seconds_mean").round(2).alias("s/run"),
     ).sort("benchmark", "k", "method")
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
-                   tbl_width_chars=140):
-        print(table)
-    claim = versus_best_baseline(summary)
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
-        print("\nSparseEval vs the best baseline (target: mae_ratio <= 0.8, tau >= best baseline tau)")
-        print(claim)
+    print_table(table)
+    print("\nSparseEval vs the best baseline (target: mae_ratio <= 0.8, tau >= best baseline tau)")
+    print_table(versus_best_baseline(summary))
     print(f"\n{len(results)} runs in {time.perf_counter() - t0:.0f} s; "
           f"wrote {args.out}/accuracy_*.csv and .png")
     return 0

@@ -25,6 +25,7 @@ import torch
 from sparseeval.evaluation import ProtocolConfig, fit_on_split, score_on_split, split_for_seed
 from sparseeval.matrix import build_matrix
 from sparseeval.metrics import score_metrics
+from sparseeval.report import print_table
 from sparseeval.sources import read_data
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openllm_v1"
@@ -67,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                              "total_s": round(total, 2), "swaps": est.selection_["swaps"],
                              "start": est.selection_["start"], "mae": round(m.mae, 3), "tau": round(m.tau, 4)})
                 print(rows[-1], flush=True)
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True,
-                   tbl_width_chars=160):
-        print(pl.DataFrame(rows))
+    print_table(pl.DataFrame(rows))
     return 0
 
 

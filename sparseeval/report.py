@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: never needs a display, also inside Dagster workers
-
-import matplotlib.pyplot as plt
 import polars as pl
+
+
+def print_table(table: pl.DataFrame, *, width: int = 160) -> None:
+    """Print a table in full: every row and column, no shape or dtype lines (terminal reports)."""
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, float_precision=3, tbl_hide_dataframe_shape=True,
+                   tbl_hide_column_data_types=True, tbl_width_chars=width):
+        print(table)
 
 
 def plot_mae_vs_k(summary: pl.DataFrame, out: str | Path) -> Path:
@@ -17,6 +19,11 @@ def plot_mae_vs_k(summary: pl.DataFrame, out: str | Path) -> Path:
 
     ``summary`` is :func:`sparseeval.evaluation.summarize` output.
     """
+    import matplotlib  # imported here: only plotting needs it, not every command that prints a table
+
+    matplotlib.use("Agg")  # files only: never needs a display, also inside Dagster workers
+    import matplotlib.pyplot as plt
+
     out = Path(out)
     benchmarks = sorted(summary["benchmark"].unique().to_list())
     fig, axes = plt.subplots(1, len(benchmarks), figsize=(4.2 * len(benchmarks), 3.6), squeeze=False)

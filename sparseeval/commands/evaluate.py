@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+import polars as pl
 from tqdm import tqdm
 
 from sparseeval.benchmarks import canonical_benchmark
@@ -19,6 +20,7 @@ from sparseeval.evaluation import ProtocolConfig, run_protocol, summarize
 from sparseeval.matrix import build_matrix
 from sparseeval.methods import available_methods
 from sparseeval.readers.base import InputError
+from sparseeval.report import print_table
 from sparseeval.sources import model_dates, read_data
 
 
@@ -103,20 +105,9 @@ def run(args: argparse.Namespace) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
     if args.csv:
-        import polars as pl
-
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         pl.DataFrame([r.row() for r in results]).write_csv(args.csv)
     table = summarize(results).select("benchmark", "method", "k", "seeds", "mae_mean", "mae_sd", "tau_mean",
                                       "tau_sd", "seconds_mean")
-    with_pl_config(table)
+    print_table(table)
     return 0
-
-
-def with_pl_config(table: object) -> None:
-    """Print a summary table in full (no elided rows or columns)."""
-    import polars as pl
-
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, float_precision=3, tbl_hide_dataframe_shape=True,
-                   tbl_hide_column_data_types=True, tbl_width_chars=160):
-        print(table)
