@@ -34,7 +34,7 @@ def kmeans_start(Y: np.ndarray, k: int, seed: int) -> np.ndarray:
     with fewer restarts: refinement moves the anchors afterwards anyway.
     """
     anchors, _ = kmeans_anchors(item_vectors(Y), k, seed, n_init=3)
-    return anchors
+    return np.sort(anchors)  # item order, independent of how k-means numbers its clusters
 
 
 @dataclass

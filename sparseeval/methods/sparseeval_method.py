@@ -39,6 +39,13 @@ log = logging.getLogger(__name__)
 RIDGE_ALPHAS = (0.1, 1.0, 3.0, 10.0, 30.0, 100.0)
 
 
+def ridge_val_mse(X: np.ndarray, s: np.ndarray, X_val: np.ndarray, s_val: np.ndarray, alpha: float) -> float:
+    """Validation MSE of a ridge fitted on (``X``, ``s``), predictions clipped to [0, 1]."""
+    fit = ridge_fit(torch.as_tensor(X, dtype=torch.float64), torch.as_tensor(s, dtype=torch.float64), alpha)
+    pred = fit.predict(torch.as_tensor(X_val, dtype=torch.float64)).clamp(0, 1)
+    return float(((pred - torch.as_tensor(s_val, dtype=torch.float64)) ** 2).mean())
+
+
 def ridge_on_validation(X: np.ndarray, s: np.ndarray, X_val: np.ndarray, s_val: np.ndarray, *,
                         refit_on_val: bool) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Ridge of ``s`` on anchor answers with alpha chosen on validation models.
@@ -47,11 +54,13 @@ def ridge_on_validation(X: np.ndarray, s: np.ndarray, X_val: np.ndarray, s_val: 
     (more data for the final weights); off when validation models must stay unseen, e.g. because
     they early-stop a model stacked on this fit.
     """
-    Xt, st = torch.as_tensor(X, dtype=torch.float64), torch.as_tensor(s, dtype=torch.float64)
-    Xv, sv = torch.as_tensor(X_val, dtype=torch.float64), torch.as_tensor(s_val, dtype=torch.float64)
-    errors = [float(((ridge_fit(Xt, st, a).predict(Xv).clamp(0, 1) - sv) ** 2).mean()) for a in RIDGE_ALPHAS]
+    errors = [ridge_val_mse(X, s, X_val, s_val, a) for a in RIDGE_ALPHAS]
     alpha = RIDGE_ALPHAS[int(np.argmin(errors))]
-    fit = ridge_fit(torch.cat([Xt, Xv]), torch.cat([st, sv]), alpha) if refit_on_val else ridge_fit(Xt, st, alpha)
+    Xt, st = torch.as_tensor(X, dtype=torch.float64), torch.as_tensor(s, dtype=torch.float64)
+    if refit_on_val:
+        Xt = torch.cat([Xt, torch.as_tensor(X_val, dtype=torch.float64)])
+        st = torch.cat([st, torch.as_tensor(s_val, dtype=torch.float64)])
+    fit = ridge_fit(Xt, st, alpha)
     return fit.coef.float().cpu(), fit.intercept.float().cpu(), alpha
 
 
@@ -64,8 +73,6 @@ def _internal_val(n: int, seed: int, frac: float = 0.15) -> tuple[np.ndarray, np
 
 class _SparseEvalBase(AnchorEstimator):
     """Shared selection logic; subclasses define the proxy (importance) and the final predictor."""
-
-    proxy: str = "linear"
 
     def __init__(self, k: int, *, random_state: int = 0, device: str = "auto", start: str = "auto",
                  max_steps: int | None = None, n_weak: int = 8, n_cand: int = 32, alpha: float = 1.0,
@@ -97,13 +104,6 @@ class _SparseEvalBase(AnchorEstimator):
         raise NotImplementedError
 
     # -- selection ----------------------------------------------------------------------------
-    def _val_mse(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray, s_val: np.ndarray,
-                 anchors: np.ndarray) -> float:
-        fit = ridge_fit(torch.as_tensor(Y[:, anchors], dtype=torch.float64),
-                        torch.as_tensor(s, dtype=torch.float64), self.alpha)
-        pred = fit.predict(torch.as_tensor(Y_val[:, anchors], dtype=torch.float64)).clamp(0, 1)
-        return float(((pred - torch.as_tensor(s_val, dtype=torch.float64)) ** 2).mean())
-
     def fit(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray | None = None,
             s_val: np.ndarray | None = None) -> Self:
         """Select ``k`` anchors on training rows, then fit the final predictor (early stopping on val)."""
@@ -133,7 +133,8 @@ class _SparseEvalBase(AnchorEstimator):
             results[name] = refine(Yi, s, initial[name], importance, max_steps=max_steps,
                                    n_weak=self.n_weak, n_cand=self.n_cand, alpha=self.alpha, device=dev)
         t2 = time.perf_counter()
-        val = {name: self._val_mse(Yi, s, Yv, sv, res.anchors) for name, res in results.items()}
+        val = {name: ridge_val_mse(Yi[:, res.anchors], s, Yv[:, res.anchors], sv, self.alpha)
+               for name, res in results.items()}
         chosen = min(val, key=val.__getitem__)
         result = results[chosen]
         self._set_anchors(result.anchors, Yi)
@@ -158,8 +159,6 @@ class _SparseEvalBase(AnchorEstimator):
 @register("sparseeval-linear")
 class SparseEvalLinear(_SparseEvalBase):
     """SparseEval with a linear proxy; the final predictor is ridge with alpha chosen on validation."""
-
-    proxy = "linear"
 
     def _fit_final(self, X: np.ndarray, s: np.ndarray, X_val: np.ndarray, s_val: np.ndarray,
                    dev: torch.device) -> None:
@@ -191,8 +190,6 @@ class SparseEvalMLP(_SparseEvalBase):
     better while costing one MLP fit per step (tens of times
     slower on a CPU), hence the default.
     """
-
-    proxy = "mlp"
 
     def _importance(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray, s_val: np.ndarray,
                     dev: torch.device) -> ImportanceFn:
