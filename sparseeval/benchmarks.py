@@ -24,6 +24,51 @@ LEADERBOARD_ALIASES: dict[str, tuple[str, ...]] = {
     ),
     "winogrande": ("winogrande", "harness|winogrande"),
     "gsm8k": ("gsm8k", "harness|gsm8k"),
+    # Open LLM Leaderboard v2 (lm-eval ``leaderboard_*`` groups): one base benchmark per group
+    "bbh": ("bbh", "leaderboard_bbh"),
+    "gpqa": ("gpqa", "leaderboard_gpqa"),
+    "math_hard": ("math_hard", "leaderboard_math_hard", "math-hard", "math_lvl5"),
+    "musr": ("musr", "leaderboard_musr"),
+    "ifeval": ("ifeval", "leaderboard_ifeval", "leaderboard_instruction_following"),
+    "mmlu_pro": ("mmlu_pro", "leaderboard_mmlu_pro", "mmlu-pro"),
+}
+
+#: The 57 MMLU subjects (lm-eval ``mmlu_<subject>``, v0.3 ``hendrycksTest-<subject>``, lighteval
+#: ``mmlu:<subject>``). The MMLU score is the leaderboard's unweighted mean over all of them.
+MMLU_SUBJECTS: tuple[str, ...] = (
+    "abstract_algebra", "anatomy", "astronomy", "business_ethics", "clinical_knowledge", "college_biology",
+    "college_chemistry", "college_computer_science", "college_mathematics", "college_medicine",
+    "college_physics", "computer_security", "conceptual_physics", "econometrics", "electrical_engineering",
+    "elementary_mathematics", "formal_logic", "global_facts", "high_school_biology", "high_school_chemistry",
+    "high_school_computer_science", "high_school_european_history", "high_school_geography",
+    "high_school_government_and_politics", "high_school_macroeconomics", "high_school_mathematics",
+    "high_school_microeconomics", "high_school_physics", "high_school_psychology", "high_school_statistics",
+    "high_school_us_history", "high_school_world_history", "human_aging", "human_sexuality",
+    "international_law", "jurisprudence", "logical_fallacies", "machine_learning", "management", "marketing",
+    "medical_genetics", "miscellaneous", "moral_disputes", "moral_scenarios", "nutrition", "philosophy",
+    "prehistory", "professional_accounting", "professional_law", "professional_medicine",
+    "professional_psychology", "public_relations", "security_studies", "sociology", "us_foreign_policy",
+    "virology", "world_religions",
+)
+
+#: Open LLM Leaderboard v2 groups whose subtasks fold into one base benchmark: benchmark -> (lm-eval
+#: group, subtask prefix, subtask suffix, subtasks). ``leaderboard_bbh_navigate`` is bbh item ids
+#: ``navigate.<doc_id>``; ``leaderboard_math_algebra_hard`` is math_hard ids ``algebra.<doc_id>``.
+V2_GROUPS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+    "bbh": ("leaderboard_bbh", "leaderboard_bbh_", "", (
+        "boolean_expressions", "causal_judgement", "date_understanding", "disambiguation_qa",
+        "formal_fallacies", "geometric_shapes", "hyperbaton", "logical_deduction_five_objects",
+        "logical_deduction_seven_objects", "logical_deduction_three_objects", "movie_recommendation",
+        "navigate", "object_counting", "penguins_in_a_table", "reasoning_about_colored_objects", "ruin_names",
+        "salient_translation_error_detection", "snarks", "sports_understanding", "temporal_sequences",
+        "tracking_shuffled_objects_five_objects", "tracking_shuffled_objects_seven_objects",
+        "tracking_shuffled_objects_three_objects", "web_of_lies")),
+    "gpqa": ("leaderboard_gpqa", "leaderboard_gpqa_", "", ("diamond", "extended", "main")),
+    "math_hard": ("leaderboard_math_hard", "leaderboard_math_", "_hard", (
+        "algebra", "counting_and_prob", "geometry", "intermediate_algebra", "num_theory", "prealgebra",
+        "precalculus")),
+    "musr": ("leaderboard_musr", "leaderboard_musr_", "", ("murder_mysteries", "object_placements",
+                                                            "team_allocation")),
 }
 
 #: lm-evaluation-harness task names for the canonical leaderboard benchmarks (used by export).
@@ -36,12 +81,111 @@ HARNESS_TASKS: dict[str, str] = {
     "gsm8k": "gsm8k",
 }
 
+#: The settings a benchmark's plain name stands for (the Open LLM Leaderboard's): few-shot count and
+#: the metric names that mean its score (harnesses name the same score differently: lm-eval's
+#: ``truthfulqa_mc2`` reports ``acc`` for what the leaderboard calls ``mc2``). A run under any other
+#: n-shot or metric is stored as a variant (:func:`variant_name`), never pooled with the plain name.
+#: Benchmarks not listed here: the plain name means 0-shot or unspecified, and any metric (the
+#: task's own primary one).
+DEFAULT_SETTINGS: dict[str, tuple[int, frozenset[str]]] = {
+    "arc": (25, frozenset({"acc_norm"})),
+    "hellaswag": (10, frozenset({"acc_norm"})),
+    "mmlu": (5, frozenset({"acc"})),
+    "truthfulqa": (0, frozenset({"mc2", "acc"})),
+    "winogrande": (5, frozenset({"acc"})),
+    "gsm8k": (5, frozenset({"exact_match", "acc", "em", "quasi_em"})),
+    # Open LLM Leaderboard v2 (lm-eval ``leaderboard`` group settings)
+    "bbh": (3, frozenset({"acc_norm"})),
+    "gpqa": (0, frozenset({"acc_norm"})),
+    "math_hard": (4, frozenset({"exact_match"})),
+    "musr": (0, frozenset({"acc_norm"})),
+    "ifeval": (0, frozenset({"prompt_level_strict_acc"})),
+    "mmlu_pro": (5, frozenset({"acc"})),
+}
+
+_VARIANT_RE = re.compile(r"^(?P<base>.+?)@(?P<shots>\d+)shot(?::(?P<metric>[^:@]+))?$|^(?P<base2>.+?):(?P<metric2>[^:@|]+)$")
+
+#: lighteval suites that prefix task names (``leaderboard|mmlu:anatomy|5``)
+_LIGHTEVAL_SUITES = frozenset({"lighteval", "leaderboard", "harness", "helm", "original", "custom", "community",
+                               "extended", "bigbench", "test"})
+_MMLU_SUBJECT_SET = frozenset(MMLU_SUBJECTS)
+
 _ALIAS_TO_CANONICAL = {alias.lower(): canonical for canonical, aliases in LEADERBOARD_ALIASES.items()
                        for alias in aliases}
 
 
 class BenchmarkNameError(ValueError):
     """A benchmark name that cannot name anything: empty, blank or with control characters."""
+
+
+def default_n_shot(benchmark: str) -> int:
+    """The few-shot count the plain name of ``benchmark`` stands for (0 when none is registered)."""
+    return DEFAULT_SETTINGS.get(benchmark, (0, frozenset()))[0]
+
+
+def variant_name(benchmark: str, n_shot: int | None = None, metric: str | None = None) -> str:
+    """The stored benchmark name for ``benchmark`` run with ``n_shot`` examples and scored by ``metric``.
+
+    The plain name when the settings are the benchmark's defaults (or unknown); otherwise
+    ``<benchmark>@<n>shot`` and/or ``:<metric>``: ``variant_name("arc", 0)`` is ``arc@0shot``,
+    ``variant_name("arc", 25, "acc")`` is ``arc:acc``. Unknown settings (None) never create a variant:
+    a long table that does not say is taken at its word.
+    """
+    default_shots, metrics = DEFAULT_SETTINGS.get(benchmark, (0, frozenset()))
+    name = benchmark
+    if n_shot is not None and int(n_shot) != default_shots:
+        name += f"@{int(n_shot)}shot"
+    if metric is not None and metrics and metric not in metrics:
+        name += f":{metric}"
+    return name
+
+
+def split_variant(name: str) -> tuple[str, int | None, str | None]:
+    """``arc@0shot:acc`` -> ("arc", 0, "acc"); a plain name -> (name, None, None)."""
+    m = _VARIANT_RE.match(name)
+    if not m:
+        return name, None, None
+    if m["base"] is not None:
+        return m["base"], int(m["shots"]), m["metric"]
+    return m["base2"], None, m["metric2"]
+
+
+def task_benchmark(task: str) -> tuple[str, str | None]:
+    """A harness task name -> (base benchmark, item-id prefix), for every harness and version.
+
+    MMLU subjects (``mmlu_anatomy``, ``hendrycksTest-anatomy``, lighteval ``mmlu:anatomy``) ->
+    ("mmlu", "anatomy"); leaderboard v2 subtasks (``leaderboard_bbh_navigate``) -> ("bbh", "navigate");
+    lighteval keys lose their suite and shot count (``leaderboard|arc:challenge|25`` -> ("arc", None));
+    anything else -> (:func:`canonical_benchmark` of the name, None). Item ids are then
+    ``<prefix>.<doc_id>`` so the subtasks of one benchmark never collide.
+    """
+    name = task.strip()
+    parts = name.split("|")
+    if len(parts) >= 2 and parts[-1].strip().isdigit():  # lighteval "suite|task|nshot" / "task|nshot"
+        parts = parts[:-1]
+    if len(parts) == 2 and parts[0].lower() in _LIGHTEVAL_SUITES:
+        parts = parts[1:]
+    name = "|".join(parts)
+    low = name.lower()
+    if low.startswith(("mmlu_pro", "mmlu-pro", "leaderboard_mmlu_pro")):
+        return "mmlu_pro", None
+    for prefix in ("mmlu_", "hendrycks_test-", "hendryckstest-", "mmlu:"):
+        if low.startswith(prefix) and len(name) > len(prefix):
+            subject = name[len(prefix):]
+            if subject.lower() in _MMLU_SUBJECT_SET:
+                return "mmlu", subject.lower()
+            if prefix == "mmlu:" and not subject.startswith("_"):
+                return "mmlu", subject
+    for bench, (group, prefix, suffix, subtasks) in V2_GROUPS.items():
+        if low == group:
+            return bench, None
+        if low.startswith(prefix):
+            sub = name[len(prefix):]
+            if suffix and sub.endswith(suffix):
+                sub = sub[: -len(suffix)]
+            if sub in subtasks:
+                return bench, sub
+    return canonical_benchmark(name), None
 
 
 def canonical_benchmark(name: object) -> str:
@@ -57,6 +201,12 @@ def canonical_benchmark(name: object) -> str:
         raise BenchmarkNameError("benchmark name is empty or blank")
     if re.search(r"[\x00-\x1f\x7f]", stripped):
         raise BenchmarkNameError(f"benchmark name {stripped!r} contains control characters")
+    if "@" in stripped or (":" in stripped and "|" not in stripped and stripped.lower() not in _ALIAS_TO_CANONICAL):
+        base, shots, metric = split_variant(stripped)
+        if base != stripped and "@" not in base and ":" not in base:  # a variant: canonical base + settings
+            canonical = canonical_benchmark(base)
+            if shots is not None or canonical in DEFAULT_SETTINGS:  # "x:y" of an unknown x is just a name
+                return variant_name(canonical, shots, metric)
     key = stripped.lower()
     # leaderboard keys carry a shot count: "harness|arc:challenge|25"
     key = re.sub(r"\|\d+$", "", key)

@@ -14,42 +14,91 @@ from pathlib import Path
 
 import polars as pl
 
-from sparseeval.benchmarks import BenchmarkNameError, canonical_benchmark
-from sparseeval.readers.base import MODELS_SCHEMA, RESPONSES_SCHEMA, SCORES_SCHEMA, InputError, ParsedResults
+from sparseeval.benchmarks import BenchmarkNameError, canonical_benchmark, variant_name
+from sparseeval.readers.base import (
+    MODELS_SCHEMA,
+    RESPONSES_SCHEMA,
+    SCORES_SCHEMA,
+    SETTINGS_SCHEMA,
+    InputError,
+    ParsedResults,
+)
 
 #: longest id (model, benchmark, item) accepted; longer ones are almost always a parsing accident
 MAX_ID_LENGTH = 512
 LINE_COLUMN = "_line"
+#: characters never accepted in a model or item id: C0/C1 controls (NUL, newline, tab...), and the
+#: invisible format characters that make two different strings print the same (zero-width space /
+#: joiners, bidi overrides, BOM). Stored, they would split one model into two that nobody can tell apart.
+BAD_ID_CHARS = r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]"
 
 
 def validate_results(parsed: ParsedResults, path: str | Path) -> ParsedResults:
     """Return ``parsed`` checked and normalised (benchmarks canonical, ids trimmed, ``_line`` dropped).
 
     Raises :class:`InputError` for: missing columns, wrong types, empty input, null/blank/huge ids,
-    null/NaN/out-of-range scores, duplicate keys, and models with zero items.
+    ids with control or invisible characters, null/NaN/out-of-range scores, duplicate keys, models
+    with zero items, a reported score from a ``--limit`` run, and settings that differ within one
+    (model, benchmark). Evaluation settings columns (:data:`SETTINGS_SCHEMA`) are kept, and the
+    benchmark becomes its variant for them (``arc`` run 0-shot is stored as ``arc@0shot``).
+    A source whose rows are all gone (every part refused by the reader) is refused with those reasons.
     """
     path = Path(path)
     frames = {"responses": parsed.responses, "scores": parsed.scores, "models": parsed.models}
     schemas = {"responses": RESPONSES_SCHEMA, "scores": SCORES_SCHEMA, "models": MODELS_SCHEMA}
     for kind, frame in frames.items():
         _check_columns(frame, schemas[kind], kind, path)
-    if all(f.height == 0 for f in frames.values()):
-        raise InputError(path, "no rows: the file is empty or has only a header")
+        if kind != "models":
+            _check_columns(frame, {c: t for c, t in SETTINGS_SCHEMA.items() if c in frame.columns}, kind, path)
+    if frames["responses"].height == 0 and frames["scores"].height == 0:
+        refused = parsed.refused_parts
+        if refused:
+            raise InputError(path, "nothing stored: " + "; ".join(f"{n.part}: {n.reason}" for n in refused))
+        if frames["models"].height == 0:
+            raise InputError(path, "no rows: the file is empty or has only a header")
 
     responses = _check_results(frames["responses"], ("model", "benchmark", "item_id"), path)
     scores = _check_results(frames["scores"], ("model", "benchmark"), path)
+    if "limit" in scores.columns:
+        _refuse(path, scores, pl.col("limit").is_not_null(), "a --limit run's aggregate is not a full-benchmark "
+                "score (the per-item responses of such a run are kept)", "limit")
     models = _check_models(frames["models"], path)
     if responses.height and scores.height:
         _check_scored_models_have_items(responses, scores, path)
     checked = ParsedResults(
-        responses=responses.select(*RESPONSES_SCHEMA),
-        scores=scores.select(*SCORES_SCHEMA),
+        responses=responses.select(*RESPONSES_SCHEMA, *_settings(responses)),
+        scores=scores.select(*SCORES_SCHEMA, *_settings(scores)),
         models=models.select(*MODELS_SCHEMA),
         sources=list(parsed.sources) or [path],
+        notes=list(parsed.notes),
+        format=parsed.format,
     )
-    if getattr(parsed, "format", None):  # readers may tag the source format; keep it for ``ingests``
-        checked.format = parsed.format  # type: ignore[attr-defined]
     return checked
+
+
+def _settings(frame: pl.DataFrame) -> list[str]:
+    return [c for c in SETTINGS_SCHEMA if c in frame.columns]
+
+
+def _variants(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """Benchmark -> its variant for the row's n-shot and metric; settings must be constant per
+    (model, benchmark variant): one run has one set of settings."""
+    if "n_shot" not in frame.columns and "metric" not in frame.columns:
+        return frame
+    shots = pl.col("n_shot") if "n_shot" in frame.columns else pl.lit(None, pl.Int64)
+    metric = pl.col("metric") if "metric" in frame.columns else pl.lit(None, pl.String)
+    combos = frame.select(pl.col("benchmark"), shots.alias("_n"), metric.alias("_m")).unique()
+    mapping = combos.with_columns(
+        pl.struct("benchmark", "_n", "_m").map_elements(
+            lambda r: variant_name(r["benchmark"], r["_n"], r["_m"]), return_dtype=pl.String).alias("_variant"))
+    frame = (frame.with_columns(shots.alias("_n"), metric.alias("_m"))
+             .join(mapping, on=["benchmark", "_n", "_m"], how="left", nulls_equal=True, maintain_order="left")
+             .with_columns(pl.col("_variant").alias("benchmark")).drop("_n", "_m", "_variant"))
+    for column in _settings(frame):
+        mixed = pl.col(column).n_unique().over("model", "benchmark") > 1
+        _refuse(path, frame, mixed, f"one run mixes several values of setting {column!r} for the same model "
+                "and benchmark", column)
+    return frame
 
 
 def _check_columns(frame: pl.DataFrame, schema: dict[str, pl.DataType], kind: str, path: Path) -> None:
@@ -95,6 +144,10 @@ def _check_ids(frame: pl.DataFrame, columns: tuple[str, ...], path: Path) -> pl.
         _refuse(path, frame, pl.col(column).is_null() | (text == ""), f"{column} is empty or blank", column)
         _refuse(path, frame, pl.col(column).str.len_chars() > MAX_ID_LENGTH,
                 f"{column} longer than {MAX_ID_LENGTH} characters", column)
+        if column != "benchmark":  # benchmark names are checked (same rule) by canonical_benchmark
+            _refuse(path, frame, pl.col(column).str.contains(BAD_ID_CHARS),
+                    f"{column} contains a control or invisible character (NUL, newline, zero-width, bidi)",
+                    column)
     return frame.with_columns(pl.col(c).str.strip_chars() for c in columns if c != "benchmark")
 
 
@@ -117,6 +170,7 @@ def _check_results(frame: pl.DataFrame, key: tuple[str, ...], path: Path) -> pl.
         _check_zero_items(frame, path)
     frame = _check_ids(frame, key, path)
     frame = _canonical_benchmarks(frame, path)
+    frame = _variants(frame, path)
     score = pl.col("score")
     _refuse(path, frame, score.is_null(), "score is missing (null)", "score")
     _refuse(path, frame, score.is_nan(), "score is NaN", "score")

@@ -2,6 +2,10 @@
 -- Keys are the natural keys of the data, so re-ingesting the same rows changes nothing.
 -- Scores are CHECKed to [0, 1] here as a last line of defence behind sparseeval.validation.
 
+-- Layout version of this file; a store written by another layout is refused with a clear message.
+CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+INSERT INTO store_meta VALUES ('schema_version', '2') ON CONFLICT DO NOTHING;
+
 CREATE SEQUENCE IF NOT EXISTS ingest_id_seq START 1;
 CREATE SEQUENCE IF NOT EXISTS anchor_set_id_seq START 1;
 CREATE SEQUENCE IF NOT EXISTS evaluation_id_seq START 1;
@@ -21,38 +25,89 @@ CREATE TABLE IF NOT EXISTS items (
     PRIMARY KEY (benchmark, item_id)
 );
 
+-- One row per ingested unit (a file or a run folder), per attempt: what was read, refused,
+-- skipped, and why. 'partial' = stored, but some parts of the unit were refused (see reason).
+-- 'interrupted' = stopped by Ctrl-C before it committed (nothing of it stored).
 CREATE TABLE IF NOT EXISTS ingests (
     ingest_id   BIGINT PRIMARY KEY DEFAULT nextval('ingest_id_seq'),
-    file        VARCHAR NOT NULL,
-    sha256      VARCHAR NOT NULL,
+    file        VARCHAR NOT NULL,        -- the path as given
+    source_key  VARCHAR,                 -- its resolved absolute path: "the same file" across ingests
+    sha256      VARCHAR NOT NULL,        -- of the bytes actually read (the store's pinned copy)
     format      VARCHAR,
-    status      VARCHAR NOT NULL CHECK (status IN ('ok', 'refused', 'partial')),
+    status      VARCHAR NOT NULL CHECK (status IN ('ok', 'refused', 'partial', 'skipped', 'interrupted')),
     reason      VARCHAR,
     n_responses BIGINT DEFAULT 0,
     n_scores    BIGINT DEFAULT 0,
+    n_superseded BIGINT DEFAULT 0,       -- earlier runs this ingest replaced as current
     started_at  TIMESTAMP,
     finished_at TIMESTAMP
 );
 
--- Key (model, benchmark, item_id), enforced by the store's ingest (duplicates within a file are
--- refused by validation, rows already stored are skipped by an anti-join) and not by a PRIMARY KEY:
--- DuckDB's ART index on three VARCHARs costs ~16x the table itself (245 MB vs 15 MB for the 2.9 M
--- openllm_v1 rows) and 5x the insert time, and would not fit the full leaderboard (200 M cells).
-CREATE TABLE IF NOT EXISTS responses (
+-- Parts of a unit not stored (refused) or deliberately not read (skipped), with the reason.
+CREATE TABLE IF NOT EXISTS ingest_notes (
+    ingest_id BIGINT NOT NULL,
+    part      VARCHAR NOT NULL,
+    status    VARCHAR NOT NULL CHECK (status IN ('refused', 'skipped')),
+    reason    VARCHAR
+);
+
+CREATE SEQUENCE IF NOT EXISTS run_id_seq START 1;
+
+-- A run: the responses (kind 'responses') or the reported score (kind 'score') of one model on one
+-- benchmark (variant: 'arc', 'arc@0shot') from one ingest, with the evaluation settings they were
+-- produced under. Exactly the runs with superseded_in IS NULL are current; a newer run of the same
+-- (model, benchmark, kind), or a changed version of the same source file, supersedes older ones.
+-- Superseded runs and their rows are kept (history), never deleted.
+CREATE TABLE IF NOT EXISTS runs (
+    run_id          BIGINT PRIMARY KEY,
+    ingest_id       BIGINT NOT NULL,
+    model           VARCHAR NOT NULL,
+    benchmark       VARCHAR NOT NULL,
+    kind            VARCHAR NOT NULL CHECK (kind IN ('responses', 'score')),
+    task            VARCHAR,             -- the task name as run (arc_challenge, leaderboard_bbh_navigate)
+    n_shot          INTEGER,
+    metric          VARCHAR,
+    filter          VARCHAR,
+    harness         VARCHAR,
+    harness_version VARCHAR,
+    "limit"         DOUBLE,              -- the harness' --limit; never set on a 'score' run
+    run_at          TIMESTAMP,           -- the run's own time, as the harness wrote it
+    score           DOUBLE CHECK (score >= 0 AND score <= 1),  -- the reported score, kind 'score'
+    n_rows          BIGINT,              -- responses stored under this run
+    superseded_in   BIGINT,              -- the ingest that replaced it (NULL: current)
+    superseded_by   BIGINT,              -- the run that replaced it, if one did (a changed file may just drop it)
+    superseded_at   TIMESTAMP,
+    CHECK (kind = 'responses' OR (score IS NOT NULL AND "limit" IS NULL))
+);
+
+-- Every per-item result ever ingested (current and superseded). Key of the current rows:
+-- (model, benchmark, item_id), enforced by the store's ingest (duplicates within a file are refused
+-- by validation, rows already current are skipped by an anti-join), not by a PRIMARY KEY: DuckDB's
+-- ART index on three VARCHARs costs ~16x the table itself and would not fit the full leaderboard.
+CREATE TABLE IF NOT EXISTS response_rows (
     model     VARCHAR NOT NULL,
     benchmark VARCHAR NOT NULL,
     item_id   VARCHAR NOT NULL,
     score     DOUBLE NOT NULL CHECK (score >= 0 AND score <= 1),
-    ingest_id BIGINT
+    run_id    BIGINT NOT NULL
 );
 
-CREATE TABLE IF NOT EXISTS scores (
-    model     VARCHAR NOT NULL,
-    benchmark VARCHAR NOT NULL,
-    score     DOUBLE NOT NULL CHECK (score >= 0 AND score <= 1),
-    ingest_id BIGINT,
-    PRIMARY KEY (model, benchmark)
-);
+-- The current values: what every reader of the store (matrix, views, analysts) sees.
+CREATE OR REPLACE VIEW current_runs AS SELECT * FROM runs WHERE superseded_in IS NULL;
+
+CREATE OR REPLACE VIEW responses AS
+SELECT r.model, r.benchmark, r.item_id, r.score, r.run_id
+FROM response_rows r
+WHERE r.run_id IN (SELECT run_id FROM runs WHERE kind = 'responses' AND superseded_in IS NULL);
+
+CREATE OR REPLACE VIEW scores AS
+SELECT model, benchmark, score, run_id FROM runs WHERE kind = 'score' AND superseded_in IS NULL;
+
+-- History: every stored response with its run's settings and whether it is still current.
+CREATE OR REPLACE VIEW response_history AS
+SELECT r.model, r.benchmark, r.item_id, r.score, r.run_id, u.ingest_id, u.run_at, u.task, u.n_shot,
+       u.metric, u.filter, u."limit", u.superseded_in IS NULL AS is_current, u.superseded_by, u.superseded_in
+FROM response_rows r JOIN runs u USING (run_id);
 
 CREATE TABLE IF NOT EXISTS anchor_sets (
     anchor_set_id  BIGINT PRIMARY KEY DEFAULT nextval('anchor_set_id_seq'),

@@ -181,7 +181,7 @@ def test_bulk_parquet_path_stores_what_the_validator_path_stores(source: str, re
     folder = request.getfixturevalue("small_long_dir") if source == "small_long_dir" else _odd_parquet(
         tmp_path / "odd")
     if source == "small_long_dir":
-        from sparseeval.store import _bulk_long
+        from sparseeval.store import bulk_long as _bulk_long
 
         assert _bulk_long(folder) is not None
     bulk, regular = Store(tmp_path / "bulk.duckdb"), Store(tmp_path / "regular.duckdb")
@@ -192,7 +192,7 @@ def test_bulk_parquet_path_stores_what_the_validator_path_stores(source: str, re
         (f.status, f.n_responses, f.n_scores, f.rows_read) for f in report_regular.files]
     assert _contents(bulk.path) == _contents(regular.path)
     if source == "odd":
-        from sparseeval.store import _bulk_long
+        from sparseeval.store import bulk_long as _bulk_long
 
         assert _bulk_long(folder / "alias.parquet") is not None  # checked in SQL, renamed in SQL
         assert _bulk_long(folder / "trim.parquet") is None  # left to the validator, which trims
@@ -220,7 +220,7 @@ def test_bulk_path_overlap_adds_only_new_rows_and_refuses_conflicts(tmp_path: Pa
     # a repeated key within one file (another model answered the same item, so counts alone agree)
     dup = base.with_columns(item_id=pl.Series(["a", "a", "b"]), model=pl.Series(["m9", "m9", "m8"]))
     dup.write_parquet(tmp_path / "dup.parquet")
-    from sparseeval.store import _bulk_long
+    from sparseeval.store import bulk_long as _bulk_long
 
     assert _bulk_long(tmp_path / "dup.parquet") is None
     refused = store.ingest(tmp_path / "dup.parquet").files[0]

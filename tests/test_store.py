@@ -168,14 +168,15 @@ def test_schema_is_idempotent_and_complete(tmp_db: Path) -> None:
             con.sql(f"SELECT * FROM {view}").fetchall()
     finally:
         con.close()
-    assert set(TABLES) <= tables
+    assert set(TABLES) <= tables | views
+    assert {"response_rows", "runs", "ingest_notes", "store_meta"} <= tables
     assert {"benchmark_coverage", "latest_anchors", "evaluation_summary", "method_ranking",
             "predictions_vs_truth"} <= views
     # the CHECK is a last line of defence behind validation
     con = duckdb.connect(str(tmp_db))
     try:
         with pytest.raises(duckdb.ConstraintException):
-            con.execute("INSERT INTO responses VALUES ('m', 'b', 'i', 1.5, NULL)").fetchall()
+            con.execute("INSERT INTO response_rows VALUES ('m', 'b', 'i', 1.5, 1)").fetchall()
     finally:
         con.close()
 

@@ -25,6 +25,21 @@ SCORES_SCHEMA: dict[str, pl.DataType] = {
     "benchmark": pl.String(),
     "score": pl.Float64(),
 }
+#: Evaluation settings, optional columns of ``responses`` and ``scores`` (null where the source does
+#: not say). They travel with every row so the store can keep them per run, split a benchmark run
+#: under other settings into its own variant (``arc@0shot``) and never pool different settings.
+#: ``task`` is the task name as run (``arc_challenge``, ``leaderboard_bbh_navigate``), ``limit`` the
+#: harness' ``--limit`` (a count, or a fraction below 1), ``run_at`` the run's own timestamp (naive UTC).
+SETTINGS_SCHEMA: dict[str, pl.DataType] = {
+    "task": pl.String(),
+    "n_shot": pl.Int64(),
+    "metric": pl.String(),
+    "filter": pl.String(),
+    "harness": pl.String(),
+    "harness_version": pl.String(),
+    "limit": pl.Float64(),
+    "run_at": pl.Datetime("us"),
+}
 #: canonical columns and dtypes of ParsedResults.models (metadata; every column but model nullable)
 MODELS_SCHEMA: dict[str, pl.DataType] = {
     "model": pl.String(),
@@ -51,6 +66,17 @@ class InputError(ValueError):
         super().__init__(f"{where}: {problem}")
 
 
+@dataclass(frozen=True)
+class PartNote:
+    """A part of a source that was not stored, and why: ``status`` is ``refused`` (bad, missing or
+    unreadable: the ingest is incomplete and exits non-zero) or ``skipped`` (deliberately not read:
+    an older run superseded inside the same folder, a generative metric that is not a score)."""
+
+    part: str  #: the file (or ``file: task``) concerned
+    status: str  #: ``refused`` | ``skipped``
+    reason: str
+
+
 @dataclass
 class ParsedResults:
     """Canonical long-format results read from one source file or folder.
@@ -59,9 +85,22 @@ class ParsedResults:
     correctness). ``scores``: reported full-benchmark scores per (model, benchmark).
     ``models``: optional metadata for splits by date and family.
     ``sources``: the files read, for the ``ingests`` bookkeeping.
+    ``notes``: parts of the source refused or skipped (one bad task of a folder refuses that task
+    alone; the other tasks are stored).
+    ``format``: the format recognised (``lm-eval-0.4``, ``lighteval-details``, ``long``...), recorded per ingest.
+
+    ``responses`` and ``scores`` may also carry any of :data:`SETTINGS_SCHEMA`'s columns; the
+    benchmark column is then the *base* benchmark (``arc``) and validation derives the variant
+    (``arc@0shot``) from ``n_shot`` and ``metric`` through :func:`sparseeval.benchmarks.variant_name`.
     """
 
     responses: pl.DataFrame
     scores: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=SCORES_SCHEMA))
     models: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=MODELS_SCHEMA))
     sources: list[Path] = field(default_factory=list)
+    notes: list[PartNote] = field(default_factory=list)
+    format: str | None = None
+
+    @property
+    def refused_parts(self) -> list[PartNote]:
+        return [n for n in self.notes if n.status == "refused"]

@@ -1,0 +1,23 @@
+"""The DuckDB store: transactional, idempotent ingest with run history, and the read path.
+
+One concern per module: :mod:`.connection` (write transactions, the read-only snapshot, locks),
+:mod:`.pinning` (read exactly the named bytes, once), :mod:`.bulk` (large long parquet checked and
+read by DuckDB), :mod:`.ingest` (units -> runs -> rows, supersede / merge / conflict rules),
+:mod:`.reading` (frames for the matrix, counts), :mod:`.results` (anchor sets, evaluations,
+predictions).
+"""
+
+from __future__ import annotations
+
+from sparseeval.store.bulk import bulk_long
+from sparseeval.store.connection import StoreLayoutError, StoreLockedError, default_db_path
+from sparseeval.store.ingest import FileReport, Ingesting, IngestReport, default_reader
+from sparseeval.store.reading import TABLES, Reading
+from sparseeval.store.results import ResultWriters
+
+__all__ = ["TABLES", "FileReport", "IngestReport", "Store", "StoreLayoutError", "StoreLockedError", "bulk_long",
+           "default_db_path", "default_reader"]
+
+
+class Store(Ingesting, Reading, ResultWriters):
+    """A DuckDB file holding results (with their run history), anchors, evaluations and predictions."""

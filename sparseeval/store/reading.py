@@ -1,0 +1,79 @@
+"""Read helpers: long frames for the matrix (eager or streamed), counts and metadata."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import polars as pl
+
+from sparseeval.readers.base import RESPONSES_SCHEMA, SCORES_SCHEMA
+from sparseeval.store.connection import Connections
+
+TABLES = ("models", "items", "responses", "scores", "runs", "ingests", "anchor_sets", "anchors",
+          "evaluations", "predictions")
+
+
+class Reading(Connections):
+    """Reads on the latest published snapshot."""
+
+    def load_long(self, benchmark: str | None = None, *, lazy: bool = False
+                  ) -> tuple[pl.DataFrame, pl.DataFrame] | tuple[pl.LazyFrame, pl.LazyFrame]:
+        """(responses, scores) as long Polars frames, for :func:`sparseeval.matrix.build_matrix`.
+
+        ``lazy=True`` returns LazyFrames that read the latest snapshot only when collected, in Arrow
+        batches, with projection pushed into the SQL: a benchmark of the full leaderboard (98 M
+        rows) then never exists in memory as a frame of strings (~6 GB), since ``build_matrix``
+        turns each batch into integer codes as it streams past.
+        """
+        where, params = ("WHERE benchmark = $b", {"b": benchmark}) if benchmark is not None else ("", None)
+        responses_sql = f"SELECT model, benchmark, item_id, score FROM responses {where}"
+        scores_sql = f"SELECT model, benchmark, score FROM scores {where}"
+        if lazy:
+            return (self._scan(responses_sql, params, RESPONSES_SCHEMA),
+                    self._scan(scores_sql, params, SCORES_SCHEMA))
+        con = self.open_readonly()
+        try:
+            responses = con.sql(responses_sql, params=params).pl()
+            scores = con.sql(scores_sql, params=params).pl()
+        finally:
+            con.close()
+        return responses, scores
+
+    def _scan(self, sql: str, params: Mapping[str, Any] | None, schema: Mapping[str, pl.DataType]
+              ) -> pl.LazyFrame:
+        """A LazyFrame over a read-only query: each collect opens the snapshot, streams, closes."""
+        from polars.io.plugins import register_io_source
+
+        def batches(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
+                    batch_size: int | None) -> Iterator[pl.DataFrame]:
+            columns = ", ".join(with_columns or list(schema))
+            limit = f" LIMIT {int(n_rows)}" if n_rows is not None else ""
+            con = self.open_readonly()
+            try:
+                reader = con.sql(f"SELECT {columns} FROM ({sql}){limit}", params=params).fetch_record_batch(
+                    max(batch_size or 0, 1 << 20))
+                for batch in reader:
+                    frame = pl.from_arrow(batch)
+                    assert isinstance(frame, pl.DataFrame)
+                    yield frame if predicate is None else frame.filter(predicate)
+            finally:
+                con.close()
+
+        return register_io_source(batches, schema=dict(schema))
+
+    def benchmarks(self) -> list[str]:
+        """Benchmarks with any responses or scores, sorted."""
+        return self.query("SELECT benchmark FROM responses UNION SELECT benchmark FROM scores "
+                          "ORDER BY 1").get_column("benchmark").to_list()
+
+    def table_counts(self) -> dict[str, int]:
+        """Row count of every table (one consistent snapshot)."""
+        sql = " UNION ALL ".join(f"SELECT '{t}' AS t, count(*) AS n FROM {t}" for t in TABLES)
+        return dict(self.query(sql).iter_rows())
+
+    def model_metadata(self) -> pl.DataFrame:
+        """models(model, family, submitted_at, n_params, base_model, first_seen)."""
+        return self.query("SELECT model, family, submitted_at, n_params, base_model, first_seen "
+                          "FROM models ORDER BY model")
+
