@@ -19,12 +19,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
-from sparseeval.benchmarks import BenchmarkNameError, canonical_benchmark
-from sparseeval.readers.base import RESPONSES_SCHEMA, InputError
+from sparseeval.readers.base import RESPONSES_SCHEMA, SETTINGS_SCHEMA, InputError, ParsedResults
 from sparseeval.readers.lm_eval import read_lm_eval
+from sparseeval.readers.long import LINE_COLUMN, classify, read_table, typed_frame
+from sparseeval.validation import validate_results
 
 _SAMPLES_RE = re.compile(r"^samples_(?P<task>.+)_(?P<stamp>\d{4}-\d{2}-\d{2}T[\d\-.:]+)\.jsonl$")
 
@@ -44,7 +44,7 @@ def read_answers(path: str | Path, *, benchmark: str | None = None, model: str |
         frame = _read_model_folder(path, [path])
     else:
         frame = _read_table(path, benchmark=benchmark, model=model)
-    return _validate(frame, path, with_lines=path.is_file() and path.name.lower().endswith((".csv", ".tsv")))
+    return _validate(frame, path)
 
 
 # -- lm-eval output -----------------------------------------------------------------------------
@@ -57,13 +57,18 @@ def read_lm_eval_folder(folder: Path) -> pl.DataFrame:
         raise InputError(folder, "no lm-eval samples_<task>_<date>.jsonl files found "
                                  "(run lm_eval with --log_samples --output_path)")
     frames = [_read_model_folder(parent, group) for parent, group in _by_parent(files).items()]
-    return pl.concat(frames)
+    return pl.concat(frames, how="diagonal_relaxed")
 
 
 def _read_model_folder(target: Path, files: list[Path]) -> pl.DataFrame:
     """One model's folder (or one samples file), through the project's lm-eval reader: it knows
-    each leaderboard benchmark's metric and filter, and the MMLU subject ids."""
-    return read_lm_eval(target).responses.select(list(RESPONSES_SCHEMA))
+    each leaderboard benchmark's metric and filter, and the MMLU subject ids. The settings columns
+    come along: validation turns them into the benchmark variant the answers were run as."""
+    parsed = read_lm_eval(target)
+    refused = parsed.refused_parts
+    if refused:
+        raise InputError(refused[0].part, refused[0].reason)
+    return parsed.responses
 
 
 def _by_parent(files: list[Path]) -> dict[Path, list[Path]]:
@@ -76,93 +81,32 @@ def _by_parent(files: list[Path]) -> dict[Path, list[Path]]:
 # -- tables -------------------------------------------------------------------------------------
 
 
-def _duckdb_read(path: Path) -> pl.DataFrame:
-    """Parse a table with DuckDB; CSV as text (typed later, so a bad cell is named, not nulled)."""
-    name = path.name.lower()
-    con = duckdb.connect()
-    try:
-        if name.endswith((".parquet", ".pq")):
-            rel = con.sql("SELECT * FROM read_parquet(?)", params=[str(path)])
-        elif name.endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")):
-            rel = con.sql("SELECT * FROM read_csv(?, header = true, all_varchar = true)", params=[str(path)])
-        elif name.endswith((".jsonl", ".ndjson")):
-            rel = con.sql("SELECT * FROM read_json(?, format = 'newline_delimited')", params=[str(path)])
-        else:
-            raise InputError(path, f"unknown answers format {path.suffix!r}: give an lm-eval output folder, "
-                                   "or a .parquet / .csv / .jsonl table")
-        return rel.pl()
-    except duckdb.Error as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(path, f"cannot read as a table: {first}") from None
-    finally:
-        con.close()
-
-
 def _read_table(path: Path, *, benchmark: str | None, model: str | None) -> pl.DataFrame:
-    df = _duckdb_read(path)
-    df = df.rename({c: c.strip().lower() for c in df.columns})
-    if "score" not in df.columns and "correct" in df.columns:
-        df = df.rename({"correct": "score"})
+    """A long table through the store's own reader (exact path, typed, true line numbers); a file
+    without ``model`` / ``benchmark`` columns takes them from the caller (model: the file's stem)."""
+    raw = read_table(path)
+    if "score" not in raw.columns and "correct" in raw.columns:
+        raw = raw.rename({"correct": "score"})
     for col in ("item_id", "score"):
-        if col not in df.columns:
+        if col not in raw.columns:
             raise InputError(path, f"missing column {col!r} (need item_id and score or correct; "
-                                   f"found {', '.join(df.columns) or 'none'})")
-    if "model" not in df.columns:
-        df = df.with_columns(pl.lit(model or path.name.split(".")[0]).alias("model"))
-    if "benchmark" not in df.columns:
+                                   f"found {', '.join(c for c in raw.columns if c != LINE_COLUMN) or 'none'})")
+    if "model" not in raw.columns:
+        raw = raw.with_columns(pl.lit(model or path.name.split(".")[0]).alias("model"))
+    if "benchmark" not in raw.columns:
         if benchmark is None:
             raise InputError(path, "no benchmark column: name the benchmark (--benchmark) "
                                    "or use one predictor")
-        df = df.with_columns(pl.lit(benchmark).alias("benchmark"))
-    score = pl.col("score")
-    if df.schema["score"] == pl.String:  # CSV text: true/false or numbers
-        low = score.str.strip_chars().str.to_lowercase()
-        score = pl.when(low == "true").then(1.0).when(low == "false").then(0.0) \
-            .otherwise(low.cast(pl.Float64, strict=False))
-    df = df.select(
-        pl.col("model").cast(pl.String),
-        pl.col("benchmark").cast(pl.String),
-        pl.col("item_id").cast(pl.String),
-        score.cast(pl.Float64, strict=False).alias("score"),
-        pl.col("score").is_not_null().alias("_given"),
-    )
-    bad = df.get_column("score").is_null() & df.get_column("_given")
-    if bad.any():
-        raise InputError(path, "score is not a number", line=_line(bad), column="score")
-    df = df.drop("_given")
-    benches = df.get_column("benchmark").unique().drop_nulls().to_list()
-    try:
-        mapping = {b: canonical_benchmark(b) for b in benches}
-    except BenchmarkNameError as exc:
-        raise InputError(path, str(exc), column="benchmark") from None
-    return df.with_columns(pl.col("benchmark").replace_strict(mapping, default=None))
+        raw = raw.with_columns(pl.lit(benchmark).alias("benchmark"))
+    kind = classify([c for c in raw.columns if c != LINE_COLUMN], path)
+    return typed_frame(raw, kind, path)
 
 
-def _validate(df: pl.DataFrame, path: Path, *, with_lines: bool = False) -> pl.DataFrame:
-    """Refuse nulls, scores outside [0, 1] and duplicate (model, benchmark, item) rows.
-
-    ``with_lines``: rows are the data lines of a text table with a header, so name the line."""
-    if df.height == 0:
+def _validate(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """The store's validation (ids, ranges, duplicates, benchmark variants), so predict accepts
+    exactly what ingest would."""
+    if frame.height == 0:
         raise InputError(path, "no answers found")
-    for col in ("model", "benchmark", "item_id", "score"):
-        nulls = df.get_column(col).is_null() | (df.get_column(col).is_nan() if col == "score" else False)
-        if nulls.any():
-            raise InputError(path, f"{int(nulls.sum())} empty value(s)",
-                             line=_line(nulls) if with_lines else None, column=col)
-    bad = ~df.get_column("score").is_between(0.0, 1.0)
-    if bad.any():
-        first = df.filter(bad).get_column("score")[0]
-        raise InputError(path, f"score {first} outside [0, 1]", line=_line(bad) if with_lines else None,
-                         column="score")
-    dup = df.select("model", "benchmark", "item_id").is_duplicated()
-    if dup.any():
-        row = df.filter(dup).row(0, named=True)
-        raise InputError(path, f"duplicate answer for model {row['model']!r}, "
-                               f"benchmark {row['benchmark']!r}, item {row['item_id']!r}")
-    return df
-
-
-def _line(mask: pl.Series) -> int | None:
-    """1-based data line of the first flagged row (+1 for a header line)."""
-    idx = mask.arg_true()
-    return int(idx[0]) + 2 if idx.len() else None
+    settings = [c for c in SETTINGS_SCHEMA if c in frame.columns]
+    checked = validate_results(ParsedResults(responses=frame), path).responses
+    return checked.select(*RESPONSES_SCHEMA, *settings)

@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from sparseeval.artifact import PredictorArtifact
+from sparseeval.benchmarks import default_n_shot, split_variant
 
 FORMATS = ("lm-eval", "csv")
 
@@ -36,6 +37,26 @@ def lm_eval_samples(artifacts: Sequence[PredictorArtifact]) -> dict[str, list[in
         for a in art.anchors:
             merged.setdefault(a.task, set()).add(int(a.doc_id))  # type: ignore[arg-type]
     return {task: sorted(ids) for task, ids in sorted(merged.items())}
+
+
+def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str | Path) -> list[str]:
+    """The ``lm_eval`` command(s) that answer the anchors under the predictors' training settings.
+
+    The few-shot count is part of what the predictor learned (its benchmark variant: ``arc`` is the
+    leaderboard's 25-shot, ``arc@0shot`` a 0-shot one), so it is always given explicitly; lm-eval's
+    own default for ``arc_challenge`` (0) would produce answers ``predict`` refuses. ``--num_fewshot``
+    applies to every task of a run, so predictors with different counts get one command each (the
+    same samples file serves all: lm-eval reads only the tasks it runs).
+    """
+    by_shots: dict[int, list[str]] = {}
+    for art in artifacts:
+        base, shots, _ = split_variant(art.benchmark)
+        shots = default_n_shot(base) if shots is None else shots
+        tasks = by_shots.setdefault(shots, [])
+        tasks += [t for t in dict.fromkeys(a.task for a in art.anchors if a.task) if t not in tasks]
+    return [f"lm_eval run --model hf --model_args pretrained=YOUR_MODEL --tasks {','.join(tasks)} "
+            f"--num_fewshot {shots} --samples {samples_file} --log_samples --output_path RUN_DIR"
+            for shots, tasks in sorted(by_shots.items())]
 
 
 def anchor_table(artifacts: Sequence[PredictorArtifact]) -> pl.DataFrame:

@@ -71,14 +71,17 @@ def _rank_of_code(categories: pl.Categories) -> tuple[list[str], pl.Series]:
 
 
 def build_matrix(responses: pl.DataFrame | pl.LazyFrame, scores: pl.DataFrame | pl.LazyFrame | None,
-                 benchmark: str) -> ResponseMatrix:
+                 benchmark: str, *, row_mean_is_score: bool = False) -> ResponseMatrix:
     """Build the matrix of ``benchmark`` from long ``responses`` (model, benchmark, item_id, score)
     and reported ``scores`` (model, benchmark, score).
 
-    Target per model: the reported score when given; otherwise the row mean, but only for a complete
-    row (a partial row's mean is a biased estimate of nothing in particular); other models are
-    dropped and listed in ``dropped_models``. Models and items are sorted ascending (byte order of
-    their text), so the same data always gives the same matrix.
+    Target per model: the reported score. Only when the caller declares that the item set is the
+    whole benchmark (``row_mean_is_score``) does a model without one take its row mean, and only for
+    a complete row (a partial row's mean is a biased estimate of nothing in particular). By default it
+    does not: stored items are often a subset (the shared leaderboard data holds informative items
+    only, whose mean is far from the score), and a row mean there is a wrong target that looks right.
+    Models without a target are dropped and listed in ``dropped_models``. Models and items are
+    sorted ascending (byte order of their text), so the same data always gives the same matrix.
 
     ``responses`` may be a LazyFrame (``pl.scan_parquet``, :meth:`Store.load_long`): the benchmark
     filter is pushed into the scan and one streaming pass collects only integer codes and float32
@@ -133,10 +136,13 @@ def build_matrix(responses: pl.DataFrame | pl.LazyFrame, scores: pl.DataFrame | 
     complete = observed.all(axis=1)
     row_mean = values.mean(axis=1, dtype=np.float64)
     has_reported = ~np.isnan(reported)
-    target = np.where(has_reported, reported, np.where(complete, row_mean, np.nan))
+    target = np.where(has_reported, reported, np.where(complete & row_mean_is_score, row_mean, np.nan))
     keep = ~np.isnan(target)
     if not keep.any():
-        raise EmptyMatrixError(f"benchmark {benchmark!r}: no model has a reported score or a complete row")
+        raise EmptyMatrixError(
+            f"benchmark {benchmark!r}: no model has a reported score"
+            + (" or a complete row" if row_mean_is_score else " (the row mean of the stored items is used as the "
+               "score only when they are declared to be the whole benchmark: --row-mean-is-score)"))
     source = np.where(has_reported, "reported", "row_mean")
     if not keep.all():  # the usual case keeps every row and copies nothing
         values, observed = values[keep], observed[keep]

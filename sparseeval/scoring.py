@@ -187,7 +187,8 @@ def _train_summary(models: list[str], scores: np.ndarray, dates: pl.DataFrame | 
 def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmark: str, k: int,
                   method: str, *, calibration_frac: float = 0.2, seed: int = 0, device: str = "auto",
                   alpha: float = 0.1, models: pl.DataFrame | None = None,
-                  method_params: dict[str, Any] | None = None) -> PredictorArtifact:
+                  method_params: dict[str, Any] | None = None, row_mean_is_score: bool = False
+                  ) -> PredictorArtifact:
     """Fit ``method`` with ``k`` anchors on ``benchmark`` and calibrate it; return an unsaved artifact.
 
     Models are split once with ``seed``: ``calibration_frac`` held out for conformal calibration
@@ -197,7 +198,7 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
     """
     if not 0.0 < calibration_frac < 0.9:
         raise ValueError(f"calibration_frac must be in (0, 0.9), got {calibration_frac}")
-    matrix = build_matrix(responses, scores, benchmark)
+    matrix = build_matrix(responses, scores, benchmark, row_mean_is_score=row_mean_is_score)
     split = make_split(matrix.models, policy="random", val_frac=VAL_FRAC * (1 - calibration_frac),
                        test_frac=calibration_frac, seed=seed)
     est = fit_on_split(matrix, split, method, k, seed, device=device, params=method_params)

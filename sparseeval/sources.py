@@ -7,48 +7,53 @@ the same validation and the same errors.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import polars as pl
 
 from sparseeval.readers.base import InputError, ParsedResults
-from sparseeval.readers.detect import detect_format, iter_sources, read_source
-from sparseeval.validation import validate_results
-
-
-def _units(path: Path) -> list[Path]:
-    try:
-        detect_format(path)
-        return [path]
-    except InputError:
-        if not path.is_dir():
-            raise
-    units = iter_sources(path)
-    if not units:
-        raise InputError(path, "no results files found in this folder")
-    return units
 
 
 def read_data(path: str | Path) -> ParsedResults:
-    """Read and validate every unit under ``path``; refuse the whole path on the first bad unit.
+    """Read and validate every unit under ``path`` exactly as ``ingest`` would, into frames.
 
-    (The store's ingest is the forgiving path: it keeps the good units and reports the bad ones.)
+    The data goes through the store's own ingest into a private temporary store, so ``fit`` and
+    ``evaluate`` see precisely what ``sparseeval ingest`` would store: the same readers, validation,
+    glob-safe pinned reads, and the same rule for two files that disagree (refused, naming both,
+    unless run times order them). Unlike the forgiving store, any refused unit or refused part of a
+    unit refuses the whole path here: a fit on silently less data is worse than no fit.
     """
+    from sparseeval.store import Store  # lazy: the store pulls in DuckDB's machinery
+
     path = Path(path)
     if not path.exists():
         raise InputError(path, "no such file or folder")
-    parts = [validate_results(read_source(unit), unit) for unit in _units(path)]
-    if len(parts) == 1:
-        return parts[0]
-    return ParsedResults(
-        responses=pl.concat([p.responses for p in parts], how="vertical_relaxed").unique(
-            ["model", "benchmark", "item_id"], keep="last", maintain_order=True),
-        scores=pl.concat([p.scores for p in parts], how="vertical_relaxed").unique(
-            ["model", "benchmark"], keep="last", maintain_order=True),
-        models=pl.concat([p.models for p in parts], how="vertical_relaxed").unique(
-            ["model"], keep="last", maintain_order=True),
-        sources=[s for p in parts for s in p.sources],
-    )
+    with tempfile.TemporaryDirectory(prefix="sparseeval-read-") as tmp:
+        store = Store(Path(tmp) / "read.duckdb", snapshot=False)
+        store.apply_schema()
+        report = store.ingest(path)
+        for entry in report.files:
+            if entry.status == "refused":
+                raise InputError(entry.file, _problem(entry.reason or "refused", entry.file))
+            refused = [n for n in entry.notes if n.status == "refused"]
+            if refused:
+                raise InputError(refused[0].part, f"{refused[0].reason} ({len(refused)} part(s) of {entry.file} "
+                                                  "refused; fix them, or ingest into the store, which keeps the rest)")
+        stored = [e for e in report.files if e.status in ("ok", "partial")]
+        if not stored:
+            raise InputError(path, "no results found: " + "; ".join(
+                f"{e.file}: {e.reason}" for e in report.files) if report.files else "empty folder")
+        responses, scores = store.load_long()
+        models = store.model_metadata().select("model", "submitted_at", "n_params", "base_model")
+    return ParsedResults(responses=responses.select("model", "benchmark", "item_id", "score"),
+                         scores=scores.select("model", "benchmark", "score"),
+                         models=models, sources=[Path(e.file) for e in stored])
+
+
+def _problem(reason: str, file: str) -> str:
+    """A stored refusal reason already starts with the file name; keep only the problem."""
+    return reason.removeprefix(f"{file}: ")
 
 
 def model_dates(models_meta: pl.DataFrame, models: list[str]) -> list[object] | None:

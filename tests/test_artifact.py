@@ -161,19 +161,19 @@ def test_answer_files(tmp_path: Path) -> None:
         read_answers(two)
     bad = tmp_path / "bad.csv"
     bad.write_text("model,benchmark,item_id,score\nm,toy,1,0.5\nm,toy,2,1.7\n")
-    with pytest.raises(InputError, match=r"bad\.csv, line 3, column 'score': score 1\.7 outside"):
+    with pytest.raises(InputError, match=r"bad\.csv, line 3, column 'score': score outside \[0, 1\]: 1\.7"):
         read_answers(bad)
     word = tmp_path / "word.csv"
     word.write_text("model,benchmark,item_id,score\nm,toy,1,0.5\nm,toy,2,yes\n")
-    with pytest.raises(InputError, match=r"word\.csv, line 3, column 'score': score is not a number"):
+    with pytest.raises(InputError, match=r"word\.csv, line 3, column 'score': wrong type: score 'yes' is not a number"):
         read_answers(word)
     dup = tmp_path / "dup.csv"
     dup.write_text("model,benchmark,item_id,score\nm,toy,1,0.5\nm,toy,1,1\n")
-    with pytest.raises(InputError, match="duplicate answer"):
+    with pytest.raises(InputError, match=r"duplicate key .*item_id=.1.. appears more than once \(lines 2, 3\)"):
         read_answers(dup)
     garbage = tmp_path / "garbage.parquet"
     garbage.write_bytes(bytes(range(256)) * 4)
-    with pytest.raises(InputError, match=r"garbage\.parquet: cannot read"):
+    with pytest.raises(InputError, match=r"garbage\.parquet: not a readable parquet file"):
         read_answers(garbage)
 
 
@@ -226,7 +226,8 @@ def test_answers_from_an_lm_eval_folder(tmp_path: Path) -> None:
                                          "exact_match": float(f == "flexible-extract")})
                              for d in range(2) for f in ("flexible-extract", "strict-match")) + "\n")
     df = read_answers(folder).sort("benchmark", "item_id")
-    assert df.rows() == [("org/model", "gsm8k", "0", 0.0), ("org/model", "gsm8k", "1", 0.0),
+    assert df.get_column("filter").to_list() == ["strict-match"] * 2 + ["none"] * 3  # the settings come along
+    assert df.select("model", "benchmark", "item_id", "score").rows() == [("org/model", "gsm8k", "0", 0.0), ("org/model", "gsm8k", "1", 0.0),
                          ("org/model", "mmlu", "anatomy.0", 0.0), ("org/model", "mmlu", "anatomy.1", 1.0),
                          ("org/model", "mmlu", "anatomy.2", 0.0)]
     gsm.write_text('{"doc_id": 0, "filter": "strict-match", "metrics": ["exact_match"], "exact_match": 1.0}\n'

@@ -33,7 +33,9 @@ def mixed() -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def test_target_rules_mask_and_order(mixed: tuple[pl.DataFrame, pl.DataFrame]) -> None:
     responses, scores = mixed
-    m = build_matrix(responses, scores, "arc")
+    default = build_matrix(responses, scores, "arc")  # items not declared to be the whole benchmark
+    assert default.models == ["m_a"] and default.dropped_models == ["m_b", "m_c"]
+    m = build_matrix(responses, scores, "arc", row_mean_is_score=True)
     assert m.items == ["i1", "i10", "i2"]  # ascending text order, not first appearance
     assert m.models == ["m_a", "m_b"]
     assert m.dropped_models == ["m_c"]  # no reported score and an incomplete row
@@ -50,7 +52,7 @@ def test_target_rules_mask_and_order(mixed: tuple[pl.DataFrame, pl.DataFrame]) -
 
 def test_without_scores_every_complete_row_is_its_mean(mixed: tuple[pl.DataFrame, pl.DataFrame]) -> None:
     responses, _ = mixed
-    m = build_matrix(responses, None, "arc")
+    m = build_matrix(responses, None, "arc", row_mean_is_score=True)
     assert m.models == ["m_b"]
     assert m.dropped_models == ["m_a", "m_c"]
     assert m.shape == (1, 3)
@@ -74,14 +76,14 @@ def test_unknown_benchmark_and_no_target_raise(mixed: tuple[pl.DataFrame, pl.Dat
         build_matrix(responses, scores, "hellaswag")
     partial = responses.filter(pl.col("model") != "m_b")
     with pytest.raises(EmptyMatrixError, match="no model has a reported score"):
-        build_matrix(partial, None, "arc")
+        build_matrix(partial, None, "arc", row_mean_is_score=True)
 
 
 def test_null_ids_and_nan_scores_are_not_observations() -> None:
     responses = pl.DataFrame({"model": ["a", "a", None, "b", "b"], "benchmark": ["arc"] * 5,
                               "item_id": ["1", "2", "1", "1", "2"],
                               "score": [1.0, float("nan"), 1.0, 0.0, 1.0]})
-    m = build_matrix(responses, None, "arc")
+    m = build_matrix(responses, None, "arc", row_mean_is_score=True)
     assert m.models == ["b"] and m.dropped_models == ["a"]
     assert m.items == ["1", "2"]
 
@@ -90,7 +92,7 @@ def test_categorical_and_integer_ids_are_taken_as_text() -> None:
     responses = pl.DataFrame({"model": ["b", "a", "b", "a"], "benchmark": ["arc"] * 4,
                               "item_id": [10, 2, 2, 10], "score": [1, 0, 0, 1]}).with_columns(
         pl.col("model").cast(pl.Categorical), pl.col("score").cast(pl.Int8))
-    m = build_matrix(responses, None, "arc")
+    m = build_matrix(responses, None, "arc", row_mean_is_score=True)
     assert m.models == ["a", "b"] and m.items == ["10", "2"]
     np.testing.assert_array_equal(m.values, [[1.0, 0.0], [1.0, 0.0]])
 
@@ -110,7 +112,7 @@ def test_equals_naive_pivot_on_random_sparse_data(seed: int) -> None:
     other = rows.with_columns(benchmark=pl.lit("arc"), score=pl.lit(1.0))
     reported = pl.DataFrame({"model": models[5:20], "benchmark": "mmlu",
                              "score": rng.random(15)})
-    m = build_matrix(pl.concat([other, rows]), reported, "mmlu")
+    m = build_matrix(pl.concat([other, rows]), reported, "mmlu", row_mean_is_score=True)
 
     pivot = rows.pivot(on="item_id", index="model", values="score").sort("model")
     order = sorted(items.tolist())
@@ -131,7 +133,7 @@ def test_equals_naive_pivot_on_random_sparse_data(seed: int) -> None:
 
 def test_take_models_keeps_alignment(mixed: tuple[pl.DataFrame, pl.DataFrame]) -> None:
     responses, scores = mixed
-    m = build_matrix(responses, scores, "arc")
+    m = build_matrix(responses, scores, "arc", row_mean_is_score=True)
     sub = m.take_models(np.array([1]))
     assert sub.models == ["m_b"] and sub.score_source == ["row_mean"]
     np.testing.assert_array_equal(sub.values, m.values[1:])

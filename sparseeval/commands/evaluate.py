@@ -61,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", type=Path, help="write the list of per-run records here")
     p.add_argument("--csv", type=Path, help="write the per-run records as CSV here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--row-mean-is-score", action="store_true",
+                   help="the items are the whole benchmark: a model without a reported score takes its (complete) "
+                        "row mean as its score (never assumed: stored items are often a subset)")
     p.set_defaults(func=run)
 
 
@@ -86,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     results = []
     with tqdm(total=total, desc="evaluate", unit="run", disable=args.no_progress, file=sys.stderr) as bar:
         for bench in benchmarks:
-            matrix = build_matrix(parsed.responses, parsed.scores, bench)
+            matrix = build_matrix(parsed.responses, parsed.scores, bench,
+                                  row_mean_is_score=args.row_mean_is_score)
             dates = model_dates(parsed.models, matrix.models) if args.split == "date" else None
 
             def tick(result: object) -> None:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from sparseeval.commands.predict import USER_ERRORS, add_predictor_arguments, load_predictors
-from sparseeval.export import FORMATS, lm_eval_samples, write_export
+from sparseeval.export import FORMATS, lm_eval_commands, write_export
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,8 +27,9 @@ def run(args: argparse.Namespace) -> int:
     n = sum(a.k for a in artifacts)
     print(f"wrote {n} anchors of {', '.join(a.benchmark for a in artifacts)} to {out}")
     if args.format == "lm-eval":
-        print(f"run them with: lm_eval run --tasks {','.join(lm_eval_samples(artifacts))} "
-              f"--samples {out} --log_samples --output_path RUN_DIR ...")
+        print("run them with the predictors' training settings (then `sparseeval predict --answers RUN_DIR`):")
+        for command in lm_eval_commands(artifacts, out):
+            print(f"  {command}")
     return 0
 
 

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         artifact = fit_predictor(data.responses, data.scores, bench, args.k, args.method,
                                  calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
-                                 alpha=args.alpha, models=data.models)
+                                 alpha=args.alpha, models=data.models, row_mean_is_score=args.row_mean_is_score)
         out = args.out or args.registry / bench
         saved = artifact.save(out)
     except USER_ERRORS as exc:
@@ -53,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha", type=float, default=0.1, help="interval miscoverage (0.1: 90%% intervals)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
+    p.add_argument("--row-mean-is-score", action="store_true",
+                   help="the items are the whole benchmark: a model without a reported score takes its (complete) "
+                        "row mean as its score (never assumed: stored items are often a subset)")
     p.add_argument("--out", type=Path, metavar="PREDICTOR_DIR",
                    help="predictor folder (default <registry>/<benchmark>)")
     p.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY, metavar="DIR")

@@ -13,13 +13,14 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 
 from sparseeval.answers import read_answers
 from sparseeval.artifact import ArtifactError, PredictorArtifact, load_predictor
-from sparseeval.benchmarks import canonical_benchmark
+from sparseeval.benchmarks import canonical_benchmark, default_n_shot, split_variant
 from sparseeval.readers.base import InputError
 from sparseeval.scoring import Prediction, TooFewAnchorsError, predict
 
@@ -68,14 +69,53 @@ def read_all_answers(paths: list[Path], artifacts: list[PredictorArtifact],
     return pl.concat([read_answers(p, benchmark=bench, model=model) for p in paths])
 
 
-def predict_all(artifacts: list[PredictorArtifact], answers: pl.DataFrame) -> list[Prediction]:
-    """Predictions of every predictor whose benchmark the answers cover."""
+def settings_mismatches(artifacts: list[PredictorArtifact], answers: pl.DataFrame) -> list[tuple[str, str]]:
+    """(answers' benchmark variant, predictor benchmark) pairs where the answers were run under other
+    settings than the predictor's training data (``arc@0shot`` answers for an ``arc`` predictor)."""
+    present = set(answers.get_column("benchmark").unique().to_list())
+    out = []
+    for art in artifacts:
+        if art.benchmark in present:
+            continue
+        base = split_variant(art.benchmark)[0]
+        out += [(b, art.benchmark) for b in sorted(present) if split_variant(b)[0] == base]
+    return out
+
+
+def _describe(benchmark: str) -> str:
+    base, shots, metric = split_variant(benchmark)
+    shots = default_n_shot(base) if shots is None else shots
+    return f"{shots}-shot" + (f", metric {metric}" if metric else "")
+
+
+def predict_all(artifacts: list[PredictorArtifact], answers: pl.DataFrame, *,
+                force_settings: bool = False) -> list[Prediction]:
+    """Predictions of every predictor whose benchmark the answers cover.
+
+    Answers run under other settings (few-shot count, metric) than the predictor was trained on are
+    refused: an anchor answered 0-shot is not the item the predictor learned from 25-shot answers.
+    ``force_settings`` uses them anyway, with a warning on every prediction.
+    """
+    mismatched = settings_mismatches(artifacts, answers)
+    if mismatched and not force_settings:
+        got, want = mismatched[0]
+        raise ValueError(f"the answers were run as {got!r} ({_describe(got)}) but the predictor {want!r} was "
+                         f"trained on {_describe(want)} results: rerun the anchors with the predictor's settings "
+                         f"(see `sparseeval export`), or pass --force-settings to predict from them anyway")
+    forced: dict[str, str] = {}
+    if mismatched:
+        forced = dict(mismatched)
+        answers = answers.with_columns(pl.col("benchmark").replace(forced))
     present = set(answers.get_column("benchmark").unique().to_list())
     usable = [a for a in artifacts if a.benchmark in present]
     if not usable:
         raise ValueError(f"the answers cover benchmarks {', '.join(sorted(present))}, none of which has a "
                          f"predictor here ({', '.join(a.benchmark for a in artifacts)})")
-    return [p for a in usable for p in predict(a, answers)]
+    preds = [p for a in usable for p in predict(a, answers)]
+    back = {want: got for got, want in forced.items()}
+    return [replace(p, warnings=(*p.warnings, f"answers run as {back[p.benchmark]} ({_describe(back[p.benchmark])}), "
+                                               f"forced onto {_describe(p.benchmark)}"))
+            if p.benchmark in back else p for p in preds]
 
 
 def format_table(preds: list[Prediction]) -> str:
@@ -105,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         artifacts = load_predictors(args)
         answers = read_all_answers(args.answers, artifacts, args.model)
-        preds = predict_all(artifacts, answers)
+        preds = predict_all(artifacts, answers, force_settings=args.force_settings)
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -126,4 +166,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "score|correct) or CSV item_id,correct; repeatable")
     p.add_argument("--model", help="model name for a two-column item_id,correct file (default: file name)")
     p.add_argument("--json", type=Path, metavar="OUT", help="also write the predictions as JSON")
+    p.add_argument("--force-settings", action="store_true",
+                   help="predict from answers run under other settings (n-shot, metric) than the predictor's "
+                        "training data, with a warning (refused by default)")
     p.set_defaults(func=run)

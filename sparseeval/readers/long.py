@@ -21,9 +21,14 @@ the file, or the row number for parquet) that validation uses for messages and t
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
+import gzip
 import re
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -52,8 +57,37 @@ _TRUE_FALSE = {"true": 1.0, "false": 0.0}
 
 
 def long_format(path: Path) -> str | None:
-    """``parquet``/``csv``/``tsv``/``jsonl`` for a file this reader can parse, else None."""
+    """``parquet``/``csv``/``tsv``/``jsonl`` for a file this reader can parse (text formats may be
+    gzip-compressed: ``.csv.gz``), else None."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if len(suffixes) >= 2 and suffixes[-1] == ".gz" and FORMATS.get(suffixes[-2]) in ("csv", "tsv", "jsonl"):
+        return FORMATS[suffixes[-2]]
     return FORMATS.get(path.suffix.lower())
+
+
+_GLOB = re.compile(r"[\[\]?*{}]")
+
+
+@contextlib.contextmanager
+def exact_path(path: Path) -> Iterator[Path]:
+    """A path DuckDB reads as exactly this one file.
+
+    DuckDB expands ``[ ] ? * { }`` in a path as a glob even when it is a bound parameter, so
+    ``run[12].parquet`` would read ``run1.parquet`` and ``run2.parquet``. A path with such characters
+    is read through a symbolic link with a plain name in a private folder.
+    """
+    if not _GLOB.search(str(path)):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="sparseeval-exact-") as tmp:
+        link = Path(tmp) / ("data" + "".join(path.suffixes[-2:]))
+        link.symlink_to(path.resolve())
+        yield link
+
+
+def _is_gzip(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
 
 
 def read_long(path: str | Path) -> ParsedResults:
@@ -75,7 +109,7 @@ def read_long_file(path: Path) -> tuple[str, pl.DataFrame]:
     """Parse one file; return its kind (``responses``/``scores``/``models``) and typed frame."""
     raw = read_table(path)
     kind = classify(raw.columns, path)
-    return kind, _typed(raw, kind, path)
+    return kind, typed_frame(raw, kind, path)
 
 
 def _read_folder(folder: Path) -> ParsedResults:
@@ -105,42 +139,107 @@ def _empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
 # --- parsing ---------------------------------------------------------------------------------------
 
 def read_table(path: Path) -> pl.DataFrame:
-    """Parse ``path`` with DuckDB's native reader into Polars, adding ``_line`` for text formats."""
+    """Parse ``path`` with DuckDB's native reader into Polars, adding ``_line`` for text formats
+    (the physical line where each record starts: blank lines and quoted newlines counted)."""
     fmt = long_format(path)
     if fmt is None:
         raise InputError(path, f"unknown format {path.suffix or '(no extension)'!r}: expected one of "
-                               f"{', '.join(sorted(FORMATS))}")
+                               f"{', '.join(sorted(FORMATS))} (text formats may end in .gz)")
     if not path.is_file():
         raise InputError(path, "no such file")
     if path.stat().st_size == 0:
         raise InputError(path, "empty file (0 bytes)")
+    compressed = path.suffix.lower() == ".gz"
+    if fmt != "parquet" and not compressed and _is_gzip(path):
+        raise InputError(path, f"the file is gzip-compressed but named {path.suffix!r}: decompress it or name it "
+                               f"{path.name}.gz")
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false").fetchall()
     try:
-        if fmt == "parquet":
-            frame = _duck(con, path, "SELECT * FROM read_parquet($p)")
-            offset = None
-        elif fmt == "jsonl":
-            check_utf8(path)
-            frame = _duck(con, path, "SELECT * FROM read_json($p, format='newline_delimited', "
-                                     "records=true, sample_size=-1)")
-            offset = 1
-        else:
-            check_utf8(path)
-            frame = _read_delimited(con, path, "\t" if fmt == "tsv" else ",")
-            offset = 2  # header is line 1
+        with exact_path(path) as readable:
+            if fmt == "parquet":
+                frame = _duck(con, path, readable, "SELECT * FROM read_parquet($p)")
+                lines = None
+            elif fmt == "jsonl":
+                check_text(path)
+                source = "read_json($p, format='newline_delimited', records=true, sample_size=-1)"
+                _check_json_types(con, path, readable, source)
+                frame = _duck(con, path, readable, f"SELECT * FROM {source}")
+                lines = _record_lines(path, None, frame.height)
+            else:
+                check_text(path)
+                delim = "\t" if fmt == "tsv" else ","
+                frame = _read_delimited(con, path, readable, delim)
+                lines = _record_lines(path, delim, frame.height)
     finally:
         con.close()
     frame = frame.rename({c: c.strip().lower() for c in frame.columns})
-    if offset is None:  # parquet has no lines; validation then names the row
+    if lines is None:  # parquet has no lines; validation then names the row
         return frame
-    return frame.with_row_index(LINE_COLUMN, offset=offset).with_columns(pl.col(LINE_COLUMN).cast(pl.Int64))
+    return frame.with_columns(pl.Series(LINE_COLUMN, lines, dtype=pl.Int64))
 
 
-def _read_delimited(con: duckdb.DuckDBPyConnection, path: Path, delim: str) -> pl.DataFrame:
-    with path.open(newline="", encoding="utf-8-sig") as fh:
+def _open_text(path: Path) -> Any:
+    if path.suffix.lower() == ".gz":
+        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
+    return path.open(newline="", encoding="utf-8-sig")
+
+
+def _record_lines(path: Path, delim: str | None, n_records: int) -> list[int]:
+    """The physical line on which each record starts, as DuckDB reads them (blank lines skipped,
+    a quoted newline inside a CSV field continues the record). ``delim`` None: JSON lines."""
+    lines: list[int] = []
+    with _open_text(path) as fh:
+        if delim is None:
+            for number, line in enumerate(fh, start=1):
+                if line.strip():
+                    lines.append(number)
+        else:
+            reader = csv.reader(fh, delimiter=delim, quotechar='"', doublequote=True)
+            start = 1
+            for record in reader:
+                if record and start > 1:  # the header is line 1
+                    lines.append(start)
+                start = reader.line_num + 1
+    if len(lines) != n_records:  # a dialect corner where Python and DuckDB differ: fall back to counting
+        offset = 1 if delim is None else 2
+        return list(range(offset, offset + n_records))
+    return lines
+
+
+def _check_json_types(con: duckdb.DuckDBPyConnection, path: Path, readable: Path, source: str) -> None:
+    """Refuse a JSON lines file whose key or result column mixes types (``"item_id": "7"`` on one
+    line, ``"item_id": 7`` on another). DuckDB types such a column as JSON and its text keeps the
+    quotes (``"7"``), which would store phantom items that look right."""
+    described = _duck(con, path, readable, f"DESCRIBE SELECT * FROM {source}")
+    for name, dtype in zip(described.get_column("column_name"), described.get_column("column_type"), strict=True):
+        column = name.strip().lower()
+        if dtype != "JSON" or column not in (*_ID_COLUMNS, "score", "correct", *_META_COLUMNS):
+            continue
+        types = _duck(con, path, readable,
+                      f'SELECT row_number() OVER () AS n, json_type("{name}") AS t FROM {source}')
+        counts = types.get_column("t").drop_nulls().value_counts(sort=True)
+        usual = counts.item(0, 0)
+        odd = types.filter(pl.col("t").is_not_null() & (pl.col("t") != usual))
+        record = int(odd.item(0, "n"))
+        line = _record_lines(path, None, types.height)[record - 1]
+        raise InputError(path, f"column {column!r} mixes types: {odd.item(0, 't').lower()} here, "
+                               f"{usual.lower()} on most lines ({odd.height} such line(s)); write every "
+                               f"{column} as text (quoted) or every one as a number", line=line, column=column)
+
+
+def _read_delimited(con: duckdb.DuckDBPyConnection, path: Path, readable: Path, delim: str) -> pl.DataFrame:
+    with _open_text(path) as fh:
         header = next(csv.reader(fh, delimiter=delim), [])
     names = [h.strip() for h in header]
+    if len(names) == 1:
+        other = next((d for d in (";", "\t", "|", ",") if d != delim and d in names[0]), None)
+        if other is not None:
+            shown = {"\t": "tab", ";": "';'", "|": "'|'", ",": "','"}[other]
+            raise InputError(path, f"the file is separated by {shown}, not {'tab' if delim == chr(9) else repr(delim)}"
+                                   f" as its {path.suffix!r} name says: save it "
+                                   f"{'tab-separated' if delim == chr(9) else 'comma-separated'}"
+                                   f"{' or name it .tsv' if other == chr(9) else ''}", line=1)
     if not any(names):
         raise InputError(path, "no header line", line=1)
     blank = [i + 1 for i, n in enumerate(names) if not n]
@@ -152,21 +251,22 @@ def _read_delimited(con: duckdb.DuckDBPyConnection, path: Path, delim: str) -> p
     columns = {n: "VARCHAR" for n in names}
     sql = ("SELECT * FROM read_csv($p, header=true, auto_detect=false, strict_mode=true, "
            "delim=$d, quote='\"', escape='\"', columns=$c)")
-    return _duck(con, path, sql, d=delim, c=columns)
+    return _duck(con, path, readable, sql, d=delim, c=columns)
 
 
 _LINE_RE = re.compile(r"(?:CSV Error on Line:|\bin line)\s*(\d+)")
 
 
-def _duck(con: duckdb.DuckDBPyConnection, path: Path, sql: str, **params: object) -> pl.DataFrame:
-    """Run a DuckDB read and turn its errors into :class:`InputError` with the line if known."""
+def _duck(con: duckdb.DuckDBPyConnection, path: Path, readable: Path, sql: str, **params: object) -> pl.DataFrame:
+    """Run a DuckDB read of ``readable`` (``path`` made glob-safe) and turn its errors into
+    :class:`InputError` naming ``path``, with the line if known."""
     try:
-        return con.sql(sql, params={"p": str(path), **params}).pl()
+        return con.sql(sql, params={"p": str(readable), **params}).pl()
     except duckdb.Error as exc:
         text = str(exc)
         match = _LINE_RE.search(text)
         line = int(match.group(1)) if match else None
-        problem = _first_problem(text)
+        problem = _first_problem(text).replace(str(readable), str(path))
         if "magic bytes" in text.lower() or "parquet" in text.lower():
             problem = f"not a readable parquet file (truncated or corrupt): {problem}"
         raise InputError(path, problem, line=line) from None
@@ -187,24 +287,35 @@ def _first_problem(text: str) -> str:
     return " ".join(keep[:3]) if keep else text[:300]
 
 
-def check_utf8(path: Path, chunk: int = 1 << 20) -> None:
-    """Refuse a text file that is not UTF-8, naming the line of the first bad byte.
+def check_text(path: Path, chunk: int = 1 << 20) -> None:
+    """Refuse a text file that is not UTF-8 or holds NUL bytes, naming the line of the first bad byte.
 
-    Streamed in chunks so large files cost no memory; only a failing file is re-read to find the
-    line. DuckDB would also refuse, but its message points at the wrong original line.
+    Streamed in chunks so large files cost no memory (a 2 GB file of NUL bytes is refused after
+    its first megabyte, never handed to a parser that would buffer it as one line); only a failing
+    file is re-read to find the line. DuckDB would also refuse, but its message points at the wrong
+    original line.
     """
     decoder = codecs.getincrementaldecoder("utf-8")()
     consumed = 0
-    with path.open("rb") as fh:
+    lines_before = 0
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    with opener(path, "rb") as fh:
         while block := fh.read(chunk):
+            nul = block.find(b"\x00")
+            if nul >= 0:
+                line = lines_before + block.count(b"\n", 0, nul) + 1
+                raise InputError(path, f"binary data: NUL byte at byte {consumed + nul}; not a text table",
+                                 line=line)
+            lines_before += block.count(b"\n")
             try:
                 decoder.decode(block)
             except UnicodeDecodeError as exc:
-                data = path.read_bytes()
+                with opener(path, "rb") as again:
+                    data = again.read(consumed + len(block))
                 try:
                     data.decode("utf-8")
                 except UnicodeDecodeError as full:
-                    bad = full.start
+                    bad = full.start if full.reason != "unexpected end of data" else consumed + exc.start
                 else:  # pragma: no cover - the incremental decoder already failed
                     bad = consumed + exc.start
                 line = data.count(b"\n", 0, bad) + 1
@@ -245,7 +356,7 @@ def classify(columns: list[str], path: Path) -> str:
                            f"(responses) or model, benchmark, score (scores); found {', '.join(columns)}")
 
 
-def _typed(raw: pl.DataFrame, kind: str, path: Path) -> pl.DataFrame:
+def typed_frame(raw: pl.DataFrame, kind: str, path: Path) -> pl.DataFrame:
     if kind == "models":
         return _typed_models(raw, path)
     value = "score" if "score" in raw.columns else "correct"
