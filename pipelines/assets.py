@@ -40,31 +40,47 @@ GROUP = "sparseeval"
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"duckdb"},
+          check_specs=[dg.AssetCheckSpec("every_file_accepted", asset="raw_results",
+                                         description="No source file, and no part of one, was refused.")],
           description="Ingest the source folder into DuckDB (idempotent: unchanged files are skipped "
-                      "by sha256; bad files are refused and recorded, good ones stored).")
-def raw_results(context: dg.AssetExecutionContext, store: StoreResource,
-                source: SourceResource) -> dg.Output[dict[str, Any]]:
+                      "by sha256; a newer run replaces an older one as current; bad files or parts are "
+                      "refused and recorded with the reason, good ones stored).")
+def raw_results(context: dg.AssetExecutionContext, store: StoreResource, source: SourceResource):
     bench = context.partition_key
     folder = source.resolve()
     db = store.store()
     report = db.ingest(folder)
-    for bad in report.refused:
-        context.log.warning("refused %s: %s", bad.file, bad.reason)
+    refused = [(f.file, f.reason or "") for f in report.files if f.status == "refused"]
+    refused += [(n.part, n.reason) for f in report.files for n in f.notes if n.status == "refused"]
+    skipped = [(f.file, f.reason or "") for f in report.files if f.status == "skipped"]
+    skipped += [(n.part, n.reason) for f in report.files for n in f.notes if n.status in ("skipped", "warning")]
+    for file, reason in refused:
+        context.log.warning("refused %s: %s", file, reason)
     counts = db.query(
         "SELECT count(*) AS responses, count(DISTINCT model) AS models, count(DISTINCT item_id) AS items "
         "FROM responses WHERE benchmark = ?", [bench]).row(0, named=True)
     summary = {"benchmark": bench, **counts, "source": str(folder)}
-    return dg.Output(summary, metadata={
+
+    def listing(rows: list[tuple[str, str]]) -> dg.MetadataValue:
+        return dg.MetadataValue.md("\n".join(f"- `{file}`: {reason}" for file, reason in rows[:200]) or "none")
+
+    yield dg.Output(summary, metadata={
         "source": str(folder),
-        "files_ok": len(report.by_status("ok")),
-        "files_skipped_unchanged": len(report.by_status("skipped")),
-        "files_refused": len(report.refused),
-        "refused": dg.MetadataValue.md("\n".join(f"- `{r.file}`: {r.reason}" for r in report.refused) or "none"),
+        "files_stored": len(report.by_status("ok")) + len(report.by_status("partial")),
+        "files_skipped": len(report.by_status("skipped")),
+        "files_refused": len(refused),
+        "refused": listing(refused),
+        "skipped": listing(skipped),
+        "runs_superseded": sum(f.n_superseded for f in report.files),
         "responses": counts["responses"],
         "models": counts["models"],
         "items": counts["items"],
         "tables": dg.MetadataValue.json(db.table_counts()),
     })
+    # fails visibly (the run is marked in the UI) without holding back what was stored
+    yield dg.AssetCheckResult(check_name="every_file_accepted", passed=not refused,
+                              severity=dg.AssetCheckSeverity.ERROR,
+                              metadata={"refused": listing(refused), "files_refused": len(refused)})
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"polars"},

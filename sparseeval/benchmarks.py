@@ -103,7 +103,8 @@ DEFAULT_SETTINGS: dict[str, tuple[int, frozenset[str]]] = {
     "mmlu_pro": (5, frozenset({"acc"})),
 }
 
-_VARIANT_RE = re.compile(r"^(?P<base>.+?)@(?P<shots>\d+)shot(?::(?P<metric>[^:@]+))?$|^(?P<base2>.+?):(?P<metric2>[^:@|]+)$")
+_VARIANT_RE = re.compile(r"^(?P<base>.+?)@(?P<shots>\d+)shot(?::(?P<metric>[^:@]+))?$"
+                         r"|^(?P<base2>.+?):(?P<metric2>[^:@|]+)$")
 
 #: lighteval suites that prefix task names (``leaderboard|mmlu:anatomy|5``)
 _LIGHTEVAL_SUITES = frozenset({"lighteval", "leaderboard", "harness", "helm", "original", "custom", "community",

@@ -35,7 +35,7 @@ def read_data(path: str | Path) -> ParsedResults:
         report = store.ingest(path)
         for entry in report.files:
             if entry.status == "refused":
-                raise InputError(entry.file, _problem(entry.reason or "refused", entry.file))
+                raise InputError.verbatim(entry.file, entry.reason or f"{entry.file}: refused")
             refused = [n for n in entry.notes if n.status == "refused"]
             if refused:
                 raise InputError(refused[0].part, f"{refused[0].reason} ({len(refused)} part(s) of {entry.file} "
@@ -49,11 +49,6 @@ def read_data(path: str | Path) -> ParsedResults:
     return ParsedResults(responses=responses.select("model", "benchmark", "item_id", "score"),
                          scores=scores.select("model", "benchmark", "score"),
                          models=models, sources=[Path(e.file) for e in stored])
-
-
-def _problem(reason: str, file: str) -> str:
-    """A stored refusal reason already starts with the file name; keep only the problem."""
-    return reason.removeprefix(f"{file}: ")
 
 
 def model_dates(models_meta: pl.DataFrame, models: list[str]) -> list[object] | None:

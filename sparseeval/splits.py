@@ -1,12 +1,16 @@
 """Train / validation / test splits of *models* (never of items).
 
-Three policies: ``random`` (seeded, each seed a different split), ``family`` (whole organisations,
+Spellings of one model that differ only by case, Unicode form or zero-width characters
+(:func:`model_identity`) always land on the same side. Three policies: ``random`` (seeded, each
+seed a different split), ``family`` (whole organisations,
 the ``org`` of ``org/name``, go to one side, so near-duplicate fine-tunes cannot leak across), and
 ``date`` (train on older models, test on newer ones: the real use case of scoring new releases).
 """
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -14,6 +18,7 @@ from typing import Literal
 import numpy as np
 
 SplitPolicy = Literal["random", "family", "date"]
+_INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff]")
 
 
 @dataclass(frozen=True)
@@ -29,8 +34,39 @@ class Split:
 
 
 def model_family(model: str) -> str:
-    """The organisation of ``org/name`` (the whole name when there is no ``/``)."""
-    return model.split("/", 1)[0] if "/" in model else model
+    """The organisation of ``org/name`` (the whole name when there is no ``/``), case-folded and
+    Unicode-normalised: ``Org`` and ``org`` are one organisation."""
+    name = model_identity(model)
+    return name.split("/", 1)[0] if "/" in name else name
+
+
+def model_identity(model: str) -> str:
+    """The key under which spellings of one model meet: NFKC-normalised, case-folded, without
+    zero-width characters. The real leaderboard data holds case-only pairs (``Org/Model-7B`` and
+    ``org/model-7b``) with identical answers: on both sides of a split they would leak the test
+    model's answers into training."""
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", model)).casefold()
+
+
+def _grouped_order(models: Sequence[str], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Models in a seeded random order that keeps spellings of one model together, and the group of
+    each position (with no such spellings this is exactly ``rng.permutation(n)``)."""
+    keys = [model_identity(m) for m in models]
+    first: dict[str, int] = {}
+    group = np.array([first.setdefault(k, len(first)) for k in keys])
+    members: list[list[int]] = [[] for _ in first]
+    for i, g in enumerate(group):
+        members[g].append(i)
+    order = np.array([i for g in rng.permutation(len(members)) for i in members[g]], dtype=np.int64)
+    return order, group[order]
+
+
+def _cut(order: np.ndarray, groups: np.ndarray, n_take: int) -> int:
+    """Smallest position >= ``n_take`` that does not split a group of ``order``."""
+    cut = min(n_take, len(order))
+    while 0 < cut < len(order) and groups[cut] == groups[cut - 1]:
+        cut += 1
+    return cut
 
 
 def _check_fractions(val_frac: float, test_frac: float) -> None:
@@ -61,8 +97,10 @@ def make_split(models: Sequence[str], *, policy: SplitPolicy = "random", val_fra
     n_test = max(1, round(test_frac * n))
     n_val = round(val_frac * n)
     if policy == "random":
-        order = rng.permutation(n)
-        return _sorted_split(order[n_test + n_val:], order[n_test:n_test + n_val], order[:n_test])
+        order, groups = _grouped_order(models, rng)
+        test_end = _cut(order, groups, n_test)
+        val_end = _cut(order, groups, test_end + n_val)
+        return _sorted_split(order[val_end:], order[test_end:val_end], order[:test_end])
     if policy == "family":
         families = np.array([model_family(m) for m in models])
         uniq, inverse = np.unique(families, return_inverse=True)

@@ -43,11 +43,12 @@ CREATE TABLE IF NOT EXISTS ingests (
     finished_at TIMESTAMP
 );
 
--- Parts of a unit not stored (refused) or deliberately not read (skipped), with the reason.
+-- Parts of a unit not stored (refused) or deliberately not read (skipped), with the reason, and
+-- warnings about what was stored (a model name that differs from another only by case).
 CREATE TABLE IF NOT EXISTS ingest_notes (
     ingest_id BIGINT NOT NULL,
     part      VARCHAR NOT NULL,
-    status    VARCHAR NOT NULL CHECK (status IN ('refused', 'skipped')),
+    status    VARCHAR NOT NULL CHECK (status IN ('refused', 'skipped', 'warning')),
     reason    VARCHAR
 );
 

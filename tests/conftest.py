@@ -76,7 +76,7 @@ def db_fingerprint() -> Callable[[Path], dict[str, tuple[int, int]]]:
         con = duckdb.connect(str(db), read_only=True)
         try:
             return {t: con.sql(f"SELECT count(*), coalesce(bit_xor(hash(x)), 0) FROM {t} x").fetchall()[0]
-                    for t in TABLES if t != "ingests"}
+                    for t in (*TABLES, "response_rows", "ingest_notes") if t != "ingests"}
         finally:
             con.close()
 

@@ -227,9 +227,9 @@ def test_answers_from_an_lm_eval_folder(tmp_path: Path) -> None:
                              for d in range(2) for f in ("flexible-extract", "strict-match")) + "\n")
     df = read_answers(folder).sort("benchmark", "item_id")
     assert df.get_column("filter").to_list() == ["strict-match"] * 2 + ["none"] * 3  # the settings come along
-    assert df.select("model", "benchmark", "item_id", "score").rows() == [("org/model", "gsm8k", "0", 0.0), ("org/model", "gsm8k", "1", 0.0),
-                         ("org/model", "mmlu", "anatomy.0", 0.0), ("org/model", "mmlu", "anatomy.1", 1.0),
-                         ("org/model", "mmlu", "anatomy.2", 0.0)]
+    assert df.select("model", "benchmark", "item_id", "score").rows() == [
+        ("org/model", "gsm8k", "0", 0.0), ("org/model", "gsm8k", "1", 0.0), ("org/model", "mmlu", "anatomy.0", 0.0),
+        ("org/model", "mmlu", "anatomy.1", 1.0), ("org/model", "mmlu", "anatomy.2", 0.0)]
     gsm.write_text('{"doc_id": 0, "filter": "strict-match", "metrics": ["exact_match"], "exact_match": 1.0}\n'
                    '{"doc_id": 1, "filter": "strict-match"\n')
     with pytest.raises(InputError, match=r"samples_gsm8k_.*line 2"):

@@ -8,6 +8,7 @@ reported as refused with a reason naming the file and the problem, (2) leave eve
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -222,7 +223,8 @@ def test_mixed_folder_ingests_good_files_and_records_bad_ones(tmp_path: Path, tm
     assert all(Path(f).name in r for f, _, r in rows.iter_rows())
     # a second run stores nothing new and still refuses the bad files
     again = store.ingest(folder)
-    assert len(again.by_status("skipped")) == 2 and len(again.refused) == 3
+    skipped = sorted(Path(f.file).name for f in again.by_status("skipped"))
+    assert skipped == sorted([*good, "README.md"]) and len(again.refused) == 3  # README: listed, with the reason
     assert store.table_counts()["responses"] == counts["responses"]
 
 
@@ -237,8 +239,9 @@ def test_cli_ingest_mixed_folder_exits_nonzero_naming_refused_files(tmp_path: Pa
         assert name in err
     assert "REFUSED" in err
     for name in good:
-        assert f"stored   {folder / name}" in out
-    assert "2 stored, 0 skipped, 3 refused" in out
+        assert re.search(rf"^stored\s+{re.escape(str(folder / name))}\s+long\s+\d+", out, re.M), out
+    assert re.search(r"^skipped\s+\S*README\.md .*\n    documentation", out, re.M), out
+    assert "2 stored, 0 partly stored, 1 skipped, 3 refused ->" in out
 
     env = {**os.environ, "SPARSEEVAL_DB": str(tmp_path / "env.duckdb")}
     proc = subprocess.run([sys.executable, "-m", "sparseeval.cli", "ingest", str(folder)], env=env,
@@ -249,4 +252,4 @@ def test_cli_ingest_mixed_folder_exits_nonzero_naming_refused_files(tmp_path: Pa
     assert (tmp_path / "env.duckdb").exists()
 
     assert cli_main(["ingest", str(folder / good[0]), "--db", str(tmp_path / "good_only.duckdb")]) == 0
-    assert "1 stored, 0 skipped, 0 refused" in capsys.readouterr().out
+    assert "1 stored, 0 partly stored, 0 skipped, 0 refused ->" in capsys.readouterr().out

@@ -53,8 +53,9 @@ def test_every_asset_materialized_and_checks_pass(materialized: dict) -> None:
                 for m in [m.event_specific_data.materialization]}
         assert keys == {"raw_results", "response_matrix", "anchors", "predictor", "evaluation", "predictions"}
         checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-        assert {c.check_name for c in checks} == {"matrix_not_empty", "scores_within_unit_interval",
-                                                  "anchors_unique_and_k", "test_mae_finite"}
+        assert {c.check_name for c in checks} == {"every_file_accepted", "matrix_not_empty",
+                                                  "scores_within_unit_interval", "anchors_unique_and_k",
+                                                  "test_mae_finite"}
         assert all(c.passed for c in checks)
 
 
@@ -110,7 +111,26 @@ def test_rematerializing_is_idempotent_for_stored_rows(materialized: dict) -> No
     assert result.success
     assert _count(db, "SELECT count(*) FROM responses") == before
     meta = result.get_asset_materialization_events()[0].event_specific_data.materialization.metadata
-    assert meta["files_skipped_unchanged"].value == 1 and meta["files_ok"].value == 0
+    assert meta["files_skipped"].value == 1 and meta["files_stored"].value == 0
+
+
+def test_refused_files_fail_the_check_and_are_named(materialized: dict, tmp_path: Path) -> None:
+    """A bad file beside good data: the good data is stored, the run is marked (check fails), the UI
+    metadata names the file and the reason."""
+    source = tmp_path / "src"
+    write_leaderboard(generate_leaderboard(n_families=3, models_per_family=3, benchmarks={"arc": 20}, seed=5),
+                      source / "good")
+    (source / "broken.csv").write_text("model,benchmark,item_id,score\nm,arc,1,1.7\n")
+    resources = {**materialized["resources"], "store": StoreResource(path=str(tmp_path / "s.duckdb")),
+                 "source": SourceResource(path=str(source))}
+    result = dg.materialize([raw_results], partition_key="arc", resources=resources,
+                            instance=materialized["instance"], raise_on_error=False)
+    assert result.success  # what was good is stored and downstream can run
+    check = next(e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION")
+    assert check.check_name == "every_file_accepted" and not check.passed
+    meta = result.get_asset_materialization_events()[0].event_specific_data.materialization.metadata
+    assert meta["files_refused"].value == 1 and meta["files_stored"].value == 1
+    assert "broken.csv" in meta["refused"].value and "score outside [0, 1]" in meta["refused"].value
 
 
 def test_sensor_requests_runs_only_for_changed_files(materialized: dict, tmp_path: Path) -> None:
@@ -155,7 +175,7 @@ def test_predictions_asset_scores_models_with_only_anchor_answers(materialized: 
     db = root / "sparseeval.duckdb"
     with duckdb.connect(str(db), read_only=True) as con:
         rows = con.execute("SELECT model, predicted, lower, upper, n_anchors FROM predictions").fetchall()
-        assert con.execute("SELECT count(*) FROM predictions_vs_truth").fetchone()[0] >= 0
+        assert con.execute("SELECT count(*) FROM predictions_vs_truth").fetchone()[0] == 0  # no true score
     assert [r[0] for r in rows] == ["newcomer/just-anchors"]
     _, predicted, lower, upper, n_anchors = rows[0]
     assert 0 <= lower <= predicted <= upper <= 1 and n_anchors == K

@@ -17,8 +17,8 @@ from fixtures.formats import (
     write_v2_details,
 )
 
-from sparseeval.readers.base import MODELS_SCHEMA, RESPONSES_SCHEMA, SCORES_SCHEMA, InputError
-from sparseeval.readers.detect import detect_format, iter_sources, read_source
+from sparseeval.readers.base import MODELS_SCHEMA, RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError
+from sparseeval.readers.detect import detect_format, discover, iter_sources, read_source
 from sparseeval.readers.hub import details_patterns, load_details
 from sparseeval.readers.leaderboard import read_details_v1, read_leaderboard_results
 from sparseeval.readers.lm_eval import read_lm_eval
@@ -27,12 +27,19 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm
 
 
 def rows(frame: pl.DataFrame) -> list[tuple]:
-    return sorted(frame.rows())
+    """The canonical columns (no settings) of responses or scores, sorted."""
+    cols = [c for c in (*RESPONSES_SCHEMA, *SCORES_SCHEMA) if c in frame.columns]
+    return sorted(frame.select(list(dict.fromkeys(cols))).rows())
+
+
+def notes(parsed) -> list[tuple[str, str, str]]:
+    return sorted((Path(n.part.split(": ")[0]).name + (": " + n.part.split(": ", 1)[1] if ": " in n.part else ""),
+                   n.status, n.reason) for n in parsed.notes)
 
 
 def check_schemas(parsed) -> None:
-    assert dict(parsed.responses.schema) == RESPONSES_SCHEMA
-    assert dict(parsed.scores.schema) == SCORES_SCHEMA
+    assert dict(parsed.responses.schema) == {**RESPONSES_SCHEMA, **SETTINGS_SCHEMA}
+    assert dict(parsed.scores.schema) == {**SCORES_SCHEMA, **SETTINGS_SCHEMA}
     assert dict(parsed.models.schema) == MODELS_SCHEMA
 
 
@@ -58,10 +65,32 @@ def test_lm_eval_folder_exact(tmp_path: Path) -> None:
         # a user's own task keeps its name; first metric of its metric_list
         (m, "my_task", "0", 1.0), (m, "my_task", "7", 0.0),
     ])
-    assert rows(parsed.scores) == sorted([
-        (m, "arc", 0.4321), (m, "gsm8k", 0.3333), (m, "mmlu", 0.6543),  # mmlu: the group's score
-        (m, "truthfulqa", 0.4111), (m, "my_task", 0.5),
+    # Changed with issue 8: aggregates that contradict their complete samples are refused (arc: 0.4321 vs
+    # mean 0.5; truthfulqa: 0.4111 vs 0.5); mmlu is the unweighted mean of all 57 subjects, so no score
+    # from 3 subjects (the group's size-weighted 0.6543 was stored before).
+    assert rows(parsed.scores) == sorted([(m, "gsm8k", 0.3333), (m, "my_task", 0.5)])
+    results = f"results_{LM_EVAL_DATE_ID}.json"
+    assert notes(parsed) == sorted([
+        (f"{results}: arc", "refused", "aggregate acc_norm,none = 0.4321 of task arc_challenge contradicts its "
+                                       "4 samples (mean 0.5): score not stored"),
+        (f"{results}: mmlu", "skipped", "mmlu score needs all 57 subjects' aggregates (3 present): not stored"),
+        (f"{results}: truthfulqa", "refused", "aggregate acc,none = 0.4111 of task truthfulqa_mc2 contradicts "
+                                              "its 2 samples (mean 0.5): score not stored"),
     ])
+    assert parsed.format == "lm-eval-0.4.3+"
+    run_at = datetime(2024, 5, 1, 12)
+    settings = parsed.responses.select("benchmark", "task", "n_shot", "metric", "filter", "harness",
+                                       "harness_version", "limit", "run_at").unique().sort("task").rows()
+    assert settings == [
+        ("arc", "arc_challenge", 25, "acc_norm", "none", "lm-eval", "git:abc1234", None, run_at),
+        ("gsm8k", "gsm8k", 5, "exact_match", "strict-match", "lm-eval", "git:abc1234", None, run_at),
+        # a benchmark made of subtasks has one task value per run (the group; the subject is the id prefix)
+        ("mmlu", "mmlu", None, "acc", "none", "lm-eval", "git:abc1234", None, run_at),
+        ("my_task", "my_task", 0, "exact_match", "none", "lm-eval", "git:abc1234", None, run_at),
+        ("truthfulqa", "truthfulqa_mc2", 0, "acc", "none", "lm-eval", "git:abc1234", None, run_at),
+    ]
+    assert parsed.scores.filter(pl.col("benchmark") == "gsm8k").select("task", "n_shot", "metric", "filter").rows() \
+        == [("gsm8k", 5, "exact_match", "strict-match")]
     assert parsed.models.rows() == [(m, datetime(2024, 5, 1, 12, 0, 0), 162322944.0, None)]
     assert {p.name for p in parsed.sources} >= {f"results_{LM_EVAL_DATE_ID}.json",
                                                 f"samples_gsm8k_{LM_EVAL_DATE_ID}.jsonl"}
@@ -85,10 +114,16 @@ def test_lm_eval_latest_run_wins_and_limit_drops_score(tmp_path: Path) -> None:
     folder = write_lm_eval_run(tmp_path, date_id=later, date=1717228800.0, limit=True,
                                samples={"arc_challenge": [(0, {"acc": 0.0, "acc_norm": 1.0})]})
     parsed = read_lm_eval(folder)
-    arc = parsed.responses.filter(pl.col("benchmark") == "arc").sort("item_id")
-    assert arc["score"].to_list() == [1.0, 1.0, 1.0, 0.0]  # doc 0 replaced by the later run
-    # the later run used --limit on arc: its aggregate is no benchmark score, the earlier one stays
-    assert parsed.scores.filter(pl.col("benchmark") == "arc")["score"].to_list() == [0.4321]
+    # Changed with issue 8: the unit is (model, task, run), so the later run of arc_challenge supersedes the
+    # earlier one as a whole (before, its one document was mixed into the earlier run's four)
+    arc = parsed.responses.filter(pl.col("benchmark") == "arc")
+    assert arc.select("item_id", "score", "limit").rows() == [("0", 1.0, 4.0)]  # --limit recorded
+    # the later run used --limit on arc: its aggregate is no benchmark score, and the older is superseded
+    assert parsed.scores.filter(pl.col("benchmark") == "arc").height == 0
+    assert ("results_2024-06-01T08-00-00.000000.json: arc", "skipped",
+            "run used --limit 4: its aggregate is not a benchmark score (responses kept)") in notes(parsed)
+    assert ("samples_arc_challenge_2024-05-01T12-00-00.000000.jsonl", "skipped",
+            f"superseded by the newer run {folder / ('results_' + later + '.json')}") in notes(parsed)
     assert parsed.models["submitted_at"].to_list() == [datetime(2024, 5, 1, 12)]  # earliest run
 
 
@@ -100,8 +135,10 @@ def test_lm_eval_results_file_alone_gives_scores(tmp_path: Path) -> None:
     assert detect_format(results) == "lm-eval"
     parsed = read_source(results)
     assert parsed.responses.height == 0
+    # no samples to contradict them; mmlu: 3 of 57 subjects, no score
     assert dict(zip(parsed.scores["benchmark"], parsed.scores["score"], strict=True)) == {
-        "arc": 0.4321, "gsm8k": 0.3333, "mmlu": 0.6543, "truthfulqa": 0.4111, "my_task": 0.5}
+        "arc": 0.4321, "gsm8k": 0.3333, "truthfulqa": 0.4111, "my_task": 0.5}
+    assert [n.status for n in parsed.notes] == ["skipped"]
 
 
 def _samples(folder: Path, task: str) -> Path:
@@ -115,9 +152,13 @@ def test_broken_jsonl_line_names_file_and_line(tmp_path: Path) -> None:
     lines[2] = lines[2][:40]  # truncated write
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(InputError) as err:
-        read_source(folder)
+        read_source(path)  # the file alone: all of it refused
     assert err.value.path == str(path) and err.value.line == 3
     assert f"{path}, line 3" in str(err.value) and "invalid JSON" in str(err.value)
+    parsed = read_source(folder)  # the folder: that task alone is refused
+    (note,) = [n for n in parsed.refused_parts if n.part == str(path)]
+    assert note.part == str(path) and note.reason.startswith("invalid JSON") and note.reason.endswith("(line 3)")
+    assert "arc" not in set(parsed.responses["benchmark"]) and parsed.responses.height == 13
 
 
 def test_missing_doc_id_and_missing_metric(tmp_path: Path) -> None:
@@ -127,12 +168,14 @@ def test_missing_doc_id_and_missing_metric(tmp_path: Path) -> None:
     del objs[1]["doc_id"]
     path.write_text("".join(json.dumps(o) + "\n" for o in objs))
     with pytest.raises(InputError, match=r"line 2, column 'doc_id': missing or invalid 'doc_id'"):
-        read_lm_eval(folder)
+        read_lm_eval(path)
+    assert [n.reason for n in read_lm_eval(folder).refused_parts if n.part == str(path)] == [
+        "missing or invalid 'doc_id' (line 2, column 'doc_id')"]
     objs[1]["doc_id"] = 1
     del objs[0]["acc"]
     path.write_text("".join(json.dumps(o) + "\n" for o in objs))
     with pytest.raises(InputError) as err:
-        read_lm_eval(folder)
+        read_lm_eval(path)
     assert err.value.line == 1 and err.value.column == "acc" and "metric 'acc' missing" in str(err.value)
     assert err.value.path == str(path)
 
@@ -144,11 +187,15 @@ def test_duplicate_doc_id_and_out_of_range_metric(tmp_path: Path) -> None:
     objs[1]["doc_id"] = 0
     path.write_text("".join(json.dumps(o) + "\n" for o in objs))
     with pytest.raises(InputError, match=r"line 2: doc_id '0' appears twice"):
-        read_lm_eval(folder)
+        read_lm_eval(path)
     objs[1]["doc_id"], objs[1]["exact_match"] = 7, 3.5
     path.write_text("".join(json.dumps(o) + "\n" for o in objs))
     with pytest.raises(InputError, match=r"line 2, column 'exact_match'.*not a score in \[0, 1\]"):
-        read_lm_eval(folder)
+        read_lm_eval(path)
+    parsed = read_lm_eval(folder)
+    assert [(n.part, n.status) for n in parsed.notes if n.part == str(path)] == [(str(path), "refused")]
+    assert "my_task" not in set(parsed.responses["benchmark"])  # its aggregate is still a score
+    assert "my_task" in set(parsed.scores["benchmark"])
 
 
 def test_broken_results_json_names_line(tmp_path: Path) -> None:
@@ -157,8 +204,11 @@ def test_broken_results_json_names_line(tmp_path: Path) -> None:
     text = results.read_text().splitlines()
     results.write_text("\n".join(text[:5]))
     with pytest.raises(InputError) as err:
-        read_lm_eval(folder)
+        read_lm_eval(results)
     assert err.value.path == str(results) and err.value.line is not None
+    parsed = read_lm_eval(folder)  # the samples are still read, without their results
+    assert [(n.part, n.reason[:12]) for n in parsed.refused_parts] == [(str(results), "invalid JSON")]
+    assert parsed.scores.height == 0 and parsed.responses.height == 17
 
 
 # ------------------------------------------------------------------------------------ leaderboard v1
@@ -177,8 +227,15 @@ def test_v1_details_exact(tmp_path: Path) -> None:
         (m, "truthfulqa", "0", 0.4), (m, "truthfulqa", "1", 0.9),  # mc2
         (m, "gsm8k", "0", 0.0), (m, "gsm8k", "1", 1.0), (m, "gsm8k", "2", 1.0),
     ])
-    got = {b: round(s, 6) for _, b, s in parsed.scores.rows()}
-    assert got == {"arc": 0.6012, "mmlu": 0.6, "truthfulqa": 0.4567, "gsm8k": 0.2123}  # mmlu: subject mean
+    got = {b: round(s, 6) for _, b, s in rows(parsed.scores)}
+    # mmlu: the unweighted mean of all 57 subjects or nothing (changed with issue 8: 2 subjects gave 0.6)
+    assert got == {"arc": 0.6012, "truthfulqa": 0.4567, "gsm8k": 0.2123}
+    assert notes(parsed) == [(f"results_{V1_DATE_ID}.json: mmlu", "skipped",
+                              "mmlu score needs all 57 subjects' aggregates (2 present): not stored")]
+    assert parsed.format == "leaderboard-details-v1"
+    assert parsed.responses.filter(pl.col("benchmark") == "mmlu").select(
+        "task", "n_shot", "metric", "harness", "harness_version", "limit", "run_at").unique().sort("task").rows() == [
+        ("harness|hendrycksTest-*|5", 5, "acc", "lighteval", "0f318ecf", None, datetime(2023, 9, 3, 10, 57, 4, 203304))]
     assert parsed.models.rows() == [(m, datetime(2023, 9, 3, 10, 57, 4, 203304), None, None)]
 
 
@@ -198,11 +255,14 @@ def test_v1_truncated_parquet_and_null_metric(tmp_path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(InputError) as err:
-        read_source(repo)
+        read_details_v1(path)
     assert err.value.path == str(path) and "cannot read parquet" in str(err.value)
+    parsed = read_source(repo)  # that task alone is refused
+    assert [(n.part, n.reason[:19]) for n in parsed.refused_parts] == [(str(path), "cannot read parquet")]
+    assert "gsm8k" not in set(parsed.responses["benchmark"]) and parsed.responses.height == 9
     write_details_parquet(path, [{"acc": 1.0}, {"acc": None}])
     with pytest.raises(InputError, match=r"gsm8k\|5_.*column 'metrics': row 1: metric 'acc' is None"):
-        read_source(repo)
+        read_details_v1(path)
 
 
 def test_leaderboard_results_file_and_folder(tmp_path: Path) -> None:
@@ -211,8 +271,9 @@ def test_leaderboard_results_file_and_folder(tmp_path: Path) -> None:
     assert detect_format(results) == "leaderboard-results"
     parsed = read_leaderboard_results(results)
     assert parsed.responses.height == 0
-    assert {b: round(s, 6) for _, b, s in parsed.scores.rows()} == {
-        "arc": 0.6012, "mmlu": 0.6, "truthfulqa": 0.4567, "gsm8k": 0.2123}
+    assert {b: round(s, 6) for _, b, s in rows(parsed.scores)} == {
+        "arc": 0.6012, "truthfulqa": 0.4567, "gsm8k": 0.2123}
+    assert parsed.format == "leaderboard-results"
     only = tmp_path / "results" / "org" / "model-7b"
     only.mkdir(parents=True)
     (only / results.name).write_text(results.read_text())
@@ -220,7 +281,7 @@ def test_leaderboard_results_file_and_folder(tmp_path: Path) -> None:
     assert iter_sources(tmp_path / "results") == [only]
     assert read_source(only).models["model"].to_list() == ["org/model-7b"]
     results.write_text(json.dumps({"config_general": {}, "results": {"harness|gsm8k|5": {"acc": 7.0}}}))
-    with pytest.raises(InputError, match=r"column 'harness\|gsm8k\|5'.*not a score"):
+    with pytest.raises(InputError, match=r"every part was refused: .*'harness\|gsm8k\|5' acc = 7.0 is not a score"):
         read_leaderboard_results(results)
 
 
@@ -233,17 +294,21 @@ def test_v2_details_groups_subtasks(tmp_path: Path) -> None:
     parsed = read_source(folder)
     check_schemas(parsed)
     m = "org/model-v2"
+    # Changed with issue 8: each v2 group is one base benchmark (bbh, ifeval, mmlu_pro, ...), whatever the
+    # harness version called its tasks (before: leaderboard_bbh, leaderboard_ifeval, ...)
     assert rows(parsed.responses) == sorted([
-        (m, "leaderboard_bbh", "boolean_expressions.0", 1.0),
-        (m, "leaderboard_bbh", "boolean_expressions.1", 0.0),
-        (m, "leaderboard_bbh", "navigate.0", 0.0), (m, "leaderboard_bbh", "navigate.1", 1.0),
-        (m, "leaderboard_bbh", "navigate.2", 1.0),
-        (m, "leaderboard_ifeval", "0", 1.0), (m, "leaderboard_ifeval", "1", 0.0),  # prompt_level_strict_acc
-        (m, "leaderboard_mmlu_pro", "0", 1.0), (m, "leaderboard_mmlu_pro", "1", 1.0),  # not folded into mmlu
+        (m, "bbh", "boolean_expressions.0", 1.0), (m, "bbh", "boolean_expressions.1", 0.0),
+        (m, "bbh", "navigate.0", 0.0), (m, "bbh", "navigate.1", 1.0), (m, "bbh", "navigate.2", 1.0),
+        (m, "ifeval", "0", 1.0), (m, "ifeval", "1", 0.0),  # prompt_level_strict_acc
+        (m, "mmlu_pro", "0", 1.0), (m, "mmlu_pro", "1", 1.0),  # not folded into mmlu
     ])
-    # the umbrella "leaderboard" group has an aggregate but no items of its own: no score for it
-    assert rows(parsed.scores) == sorted([(m, "leaderboard_bbh", 0.6), (m, "leaderboard_ifeval", 0.5),
-                                          (m, "leaderboard_mmlu_pro", 0.3567)])
+    # the umbrella "leaderboard" group has an aggregate but no items of its own: no score for it;
+    # mmlu_pro's aggregate 0.3567 contradicts its complete samples (mean 1.0): refused
+    assert rows(parsed.scores) == sorted([(m, "bbh", 0.6), (m, "ifeval", 0.5)])
+    assert [(n.status, n.reason) for n in parsed.notes] == [
+        ("refused", "aggregate acc,none = 0.3567 of task leaderboard_mmlu_pro contradicts its 2 samples (mean 1): "
+                    "score not stored")]
+    assert parsed.format == "leaderboard-details-v2"
     assert parsed.models["n_params"].to_list() == [7241732096.0]
 
 
@@ -266,7 +331,13 @@ def test_iter_sources_units_and_detection(tmp_path: Path) -> None:
     (tmp_path / ".hidden" / "x.csv").write_text("junk")
     (tmp_path / "tables" / "odd.xlsx").write_bytes(b"PK")
     units = iter_sources(tmp_path)
-    assert units == sorted([lm, v1, v2, long_file, long_dir, tmp_path / "tables" / "odd.xlsx"])
+    # Changed with issue 8: an unrecognised file is a refused note of discover(), not a unit
+    assert units == sorted([lm, v1, v2, long_file, long_dir])
+    units, found = discover(tmp_path)
+    assert sorted((Path(n.part).name, n.status, n.reason) for n in found) == [
+        ("README.md", "skipped", "documentation / not a results file"),
+        ("README.md", "skipped", "documentation / not a results file"),
+        ("odd.xlsx", "refused", "unrecognised file type '.xlsx'")]
     formats = {u.name: detect_format(u) for u in units if u.suffix != ".xlsx"}
     assert formats == {lm.name: "lm-eval", v1.name: "leaderboard-details-v1",
                        v2.name: "leaderboard-details-v2", "mine.csv": "long", "bundle": "long"}
@@ -309,10 +380,13 @@ def test_store_ingests_every_format_idempotently(tmp_path: Path) -> None:
     write_v2_details(tmp_path / "src")
     store = Store(tmp_path / "db.duckdb")
     first = store.ingest(tmp_path / "src")
+    # partial: the fixtures' arc, truthfulqa and mmlu_pro aggregates contradict their samples (refused parts)
     assert [(Path(f.file).name, f.status, f.n_responses) for f in first.files] == [
-        ("EleutherAI__pythia-160m", "ok", 17), ("details_org__model-7b", "ok", 12),
-        ("org__model-v2", "ok", 9)]
+        ("README.md", "skipped", 0), ("EleutherAI__pythia-160m", "partial", 17),
+        ("details_org__model-7b", "ok", 12), ("org__model-v2", "partial", 9)]
     counts = store.table_counts()
-    assert (counts["responses"], counts["scores"], counts["models"]) == (38, 12, 3)
-    assert [f.status for f in store.ingest(tmp_path / "src").files] == ["skipped"] * 3
-    assert store.table_counts() == counts
+    assert (counts["responses"], counts["scores"], counts["models"]) == (38, 7, 3)
+    assert [f.status for f in store.ingest(tmp_path / "src").files] == ["skipped"] * 4
+    # (discover's note for the README is recorded again as an ingest row: compare the data tables)
+    assert {k: v for k, v in store.table_counts().items() if k != "ingests"} == {
+        k: v for k, v in counts.items() if k != "ingests"}

@@ -1,7 +1,9 @@
 """``sparseeval ingest PATH... [--db FILE]``: store result files and folders in the DuckDB store.
 
-Prints one line per source (stored, skipped, refused) and exits 1 when anything was refused, so a
-script or scheduler notices bad input instead of silently running on less data.
+Prints one row per unit (stored, partial, skipped, refused) with what it brought and what it
+replaced, then each refused or skipped part of a unit with its reason, and exits 1 when anything
+was refused (a whole unit or a part of one), so a script or scheduler notices bad input instead of
+silently running on less data. Ctrl-C stops after rolling back the unit in progress (exit 130).
 """
 
 from __future__ import annotations
@@ -10,16 +12,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from sparseeval.store import Store, default_db_path
+from sparseeval.store import IngestReport, Store, StoreLayoutError, StoreLockedError, default_db_path
+
+_LABELS = {"ok": "stored", "partial": "PARTIAL", "skipped": "skipped", "refused": "REFUSED",
+           "interrupted": "STOPPED"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "ingest",
-        help="ingest result files or folders (long tables, lm-eval output, leaderboard details)",
-        description="Ingest result files or folders into the DuckDB store. Each file (or run folder) is "
-                    "one transaction; files already ingested (same sha256) are skipped; bad files are "
-                    "refused with the reason and leave the store unchanged.",
+        help="ingest result files or folders (long tables, lm-eval output, lighteval, leaderboard details)",
+        description="Ingest result files or folders into the DuckDB store. Each unit (a file, or a run folder) "
+                    "is one transaction; units already ingested (same bytes) are skipped; a newer run of the "
+                    "same model and benchmark replaces the older one as current (kept as history); bad units or "
+                    "parts of units are refused with the reason and leave the store unchanged.",
     )
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders to ingest")
     parser.add_argument("--db", type=Path, default=None,
@@ -27,17 +33,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def format_report(report: IngestReport) -> list[str]:
+    """The per-unit table and, under it, the notes of each unit."""
+    width = max([len(f.file) for f in report.files] + [4])  # full paths: a user greps for them
+    head = f"{'status':<8} {'unit':<{width}} {'format':<22} {'responses':>10} {'scores':>7} {'replaced':>8}"
+    lines = [head, "-" * len(head)]
+    for f in report.files:
+        name = f.file
+        stored = f.status in ("ok", "partial")
+        counts = (f"{f.n_responses:>10,} {f.n_scores:>7,} {f.n_superseded:>8,}" if stored
+                  else f"{'':>10} {'':>7} {'':>8}")
+        lines.append(f"{_LABELS.get(f.status, f.status):<8} {name:<{width}} {f.format[:22]:<22} {counts}")
+        if f.reason and f.status != "ok":
+            lines.append(f"    {f.reason}")
+        elif f.reason:
+            lines.append(f"    ({f.reason})")
+        for note in f.notes:
+            lines.append(f"    {note.status}: {note.part}: {note.reason}")
+        if f.publish_error:
+            lines.append(f"    stored, but the read-only snapshot was not refreshed ({f.publish_error}); "
+                         "the next write or `sparseeval doctor --repair` refreshes it")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     store = Store(args.db or default_db_path())
-    report = store.ingest(args.paths)
-    for entry in report.files:
-        if entry.status == "ok":
-            print(f"stored   {entry.file}: {entry.n_responses} new responses, {entry.n_scores} new scores "
-                  f"({entry.rows_read} rows read)")
-        elif entry.status == "skipped":
-            print(f"skipped  {entry.file}: {entry.reason}")
-    for entry in report.refused:
-        print(f"REFUSED  {entry.reason}", file=sys.stderr)
-    n_ok, n_skip, n_bad = (len(report.by_status(s)) for s in ("ok", "skipped", "refused"))
-    print(f"{n_ok} stored, {n_skip} skipped, {n_bad} refused -> {store.path}")
-    return 1 if n_bad else 0
+    try:
+        report = store.ingest(args.paths)
+    except KeyboardInterrupt:
+        print("interrupted: the unit in progress was rolled back and recorded as interrupted; "
+              "no further unit was read", file=sys.stderr)
+        return 130
+    except (StoreLockedError, StoreLayoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(format_report(report)))
+    for entry in report.files:  # refusals also on stderr, for scripts that only watch it
+        if entry.status == "refused":
+            print(f"REFUSED  {entry.reason}", file=sys.stderr)
+        for note in entry.notes:
+            if note.status == "refused":
+                print(f"REFUSED  {note.part}: {note.reason}", file=sys.stderr)
+    counts = {s: len(report.by_status(s)) for s in ("ok", "partial", "skipped", "refused")}
+    n_parts = sum(1 for f in report.files for n in f.notes if n.status == "refused")
+    parts = f" ({n_parts} part(s) of units refused)" if n_parts else ""
+    print(f"{counts['ok']} stored, {counts['partial']} partly stored, {counts['skipped']} skipped, "
+          f"{counts['refused']} refused{parts} -> {store.path}")
+    return 1 if report.refused else 0

@@ -65,15 +65,24 @@ class InputError(ValueError):
             where += f", column {column!r}"
         super().__init__(f"{where}: {problem}")
 
+    @classmethod
+    def verbatim(cls, path: str | Path, message: str) -> InputError:
+        """An error whose text is ``message`` as is (a refusal recorded earlier, already naming the file)."""
+        err = cls(path, message)
+        err.args = (message,)
+        return err
+
 
 @dataclass(frozen=True)
 class PartNote:
     """A part of a source that was not stored, and why: ``status`` is ``refused`` (bad, missing or
     unreadable: the ingest is incomplete and exits non-zero) or ``skipped`` (deliberately not read:
-    an older run superseded inside the same folder, a generative metric that is not a score)."""
+    an older run superseded inside the same folder, a generative metric that is not a score).
+    The store adds ``warning`` notes about what it stored (a model name that differs from a stored
+    one only by case or Unicode form)."""
 
     part: str  #: the file (or ``file: task``) concerned
-    status: str  #: ``refused`` | ``skipped``
+    status: str  #: ``refused`` | ``skipped`` | ``warning``
     reason: str
 
 

@@ -37,6 +37,7 @@ from sparseeval.readers.base import (
     MODELS_SCHEMA,
     RESPONSES_SCHEMA,
     SCORES_SCHEMA,
+    SETTINGS_SCHEMA,
     InputError,
     ParsedResults,
 )
@@ -360,13 +361,42 @@ def typed_frame(raw: pl.DataFrame, kind: str, path: Path) -> pl.DataFrame:
     if kind == "models":
         return _typed_models(raw, path)
     value = "score" if "score" in raw.columns else "correct"
+    settings = [c for c in SETTINGS_SCHEMA if c in raw.columns]
     out = raw.select(
         *[_as_string(raw, c, path) for c in _ID_COLUMNS if c != "item_id" or kind == "responses"],
         _as_number(raw, value, path).alias("score"),
+        *[_as_setting(raw, c, path) for c in settings],
         *_line(raw),
     )
     schema = RESPONSES_SCHEMA if kind == "responses" else SCORES_SCHEMA
-    return out.select(*schema, *_line(raw))
+    return out.select(*schema, *settings, *_line(raw))
+
+
+def _as_setting(raw: pl.DataFrame, column: str, path: Path) -> pl.Expr:
+    """An evaluation-settings column (``n_shot``, ``run_at``...) in its canonical type; a value
+    that is present but cannot be read as that type is refused, never turned into null."""
+    target = SETTINGS_SCHEMA[column]
+    dtype = raw.schema[column]
+    if target == pl.String():
+        return _as_string(raw, column, path)
+    if target.is_numeric():
+        expr = _as_number(raw, column, path)
+        if target.is_integer():
+            bad = raw.select(expr.alias("v")).filter(pl.col("v").is_not_null() & (pl.col("v") != pl.col("v").round()))
+            if bad.height:
+                raise InputError(path, f"wrong type: {column} {bad.item(0, 0)!r} is not a whole number", column=column)
+        return expr.cast(target).alias(column)
+    if dtype.is_temporal() or dtype == pl.Null:
+        return pl.col(column).cast(target)
+    if dtype != pl.String:
+        raise InputError(path, f"wrong type: column {column!r} is {dtype}, expected a date and time", column=column)
+    parsed = pl.col(column).str.strip_chars().str.to_datetime(strict=False, time_unit="us")
+    bad = raw.filter(pl.col(column).str.strip_chars().ne("") & parsed.is_null() & pl.col(column).is_not_null())
+    if bad.height:
+        first = bad.row(0, named=True)
+        raise InputError(path, f"wrong type: {column} {first[column]!r} is not a date and time",
+                         line=first.get(LINE_COLUMN), column=column)
+    return parsed.alias(column)
 
 
 def _line(raw: pl.DataFrame) -> list[pl.Expr]:

@@ -205,6 +205,7 @@ class Ingesting(Connections):
                 _relate_runs(con, source_key)
                 _check_conflicts(con, path)
                 n_resp, n_scores, n_superseded = _insert(con, ingest_id, source_key)
+                notes = [*notes, *_name_variants(con)]
                 reason = "; ".join(f"{n.part}: {n.reason}" for n in refused_parts) or None
                 _run(con,
                      "INSERT INTO ingests (ingest_id, file, source_key, sha256, format, status, reason, "
@@ -227,7 +228,7 @@ class Ingesting(Connections):
                         _run(con, f"DROP VIEW IF EXISTS {name}")
                     with contextlib.suppress(duckdb.Error):
                         _run(con, f"DROP TABLE IF EXISTS {name}")
-        publish_error = getattr(self, "last_publish_error", None)
+        publish_error = getattr(self, "last_publish_error", None) if self.snapshot else None
         if publish_error:
             log.warning("%s stored, but the read-only snapshot was not refreshed: %s", path, publish_error)
         reason_out = ("nothing new: every row is already stored with the same value"
@@ -330,6 +331,20 @@ def _check_conflicts(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             raise InputError(path, f"conflicting {what} for ({key}): {new} here but {old} in already ingested "
                                    f"file {other}, and neither run has a later run time to replace the other; "
                                    f"{count} conflicting row(s)")
+
+
+def _name_variants(con: duckdb.DuckDBPyConnection, limit: int = 20) -> list[PartNote]:
+    """Warnings for new models whose name differs from a stored one only by case or Unicode form.
+
+    Both are kept as they are (they may be different repositories), but they are reported, and
+    :func:`sparseeval.splits.model_identity` keeps them on one side of every split."""
+    rows = _run(con, f"""
+        SELECT n.model, o.model FROM (SELECT DISTINCT model FROM _new_responses UNION
+                                      SELECT DISTINCT model FROM _new_scores) n
+        JOIN models o ON lower(nfc_normalize(o.model)) = lower(nfc_normalize(n.model)) AND o.model <> n.model
+        ORDER BY 1, 2 LIMIT {limit}""")
+    return [PartNote(f"model {new!r}", "warning", f"differs from model {old!r} only by case or Unicode form: kept "
+                     "apart in the store, and always on one side of a split") for new, old in rows]
 
 
 def _insert(con: duckdb.DuckDBPyConnection, ingest_id: int, source_key: str) -> tuple[int, int, int]:
