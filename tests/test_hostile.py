@@ -247,3 +247,92 @@ def test_case_only_variants_are_reported_and_kept_on_one_side(tmp_path: Path, tm
 def _write(path: Path, frame: pl.DataFrame) -> Path:
     frame.write_parquet(path)
     return path
+
+
+# --- re-runs of a real lm-eval output folder (issue: a folder that gains a second run) --------------------
+
+REAL_RUN = Path(__file__).parent / "fixtures" / "real_formats" / "lm_eval_0.4.13" / "dummy"
+REAL_STAMP = "2026-12-03T06-24-51.465794"
+
+
+def _rerun(src: Path, dst: Path, stamp: str, flip: bool) -> None:
+    """Copy lm-eval's own output under another run timestamp; ``flip`` answers every toy_a doc right."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for file in src.iterdir():
+        text = file.read_text()
+        if flip and file.name.startswith("samples_toy_a"):
+            lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+            text = "".join(json.dumps({**x, "acc": 1.0, "acc_norm": 1.0}) + "\n" for x in lines)
+        if flip and file.name.startswith("results_"):
+            data = json.loads(text)
+            data["results"]["toy_a"].update({"acc,none": 1.0, "acc_norm,none": 1.0})
+            data["date"] = data["date"] + 3600
+            text = json.dumps(data)
+        (dst / file.name.replace(REAL_STAMP, stamp)).write_text(text)
+
+
+def test_a_model_folder_that_gains_a_run_updates_with_history(tmp_path: Path, tmp_db: Path, db_fingerprint) -> None:
+    import shutil
+
+    folder = tmp_path / "out" / "dummy"
+    shutil.copytree(REAL_RUN, folder)
+    store = Store(tmp_db)
+    first = store.ingest(folder).files[0]
+    assert first.status in ("ok", "partial"), first.reason
+    before = store.query("SELECT benchmark, item_id, score FROM responses ORDER BY ALL").rows()
+    _rerun(REAL_RUN, folder, "2026-12-03T07-24-51.465794", flip=True)  # lm-eval writes a 2nd run beside
+    second = store.ingest(folder).files[0]
+    assert second.status in ("ok", "partial") and second.n_superseded >= 1, second
+    now = store.query("SELECT benchmark, item_id, score FROM responses ORDER BY ALL").rows()
+    assert now != before
+    toy_a = store.query("SELECT DISTINCT score FROM responses WHERE benchmark = 'toy_group@3shot' "
+                        "AND starts_with(item_id, 'toy_a.')")
+    assert toy_a.rows() == [(1.0,)]  # the later run's answers are current
+    history = store.query("SELECT count(*) FROM response_history WHERE NOT is_current").item()
+    assert history > 0  # the first run's rows are kept, not deleted
+    assert store.ingest(folder).files[0].status == "skipped"  # unchanged: a no-op
+    # a true conflict: another folder with the same run time but other answers
+    other = tmp_path / "elsewhere" / "dummy"
+    _rerun(REAL_RUN, other, "2026-12-03T07-24-51.465794", flip=False)
+    data = json.loads(next(other.glob("results_*.json")).read_text())
+    assert data["date"]  # same date as the second run after the edit below
+    results = next(other.glob("results_*.json"))
+    results.write_text(json.dumps({**data, "date": json.loads(next(folder.glob(
+        "results_2026-12-03T07*.json")).read_text())["date"]}))
+    snapshot = db_fingerprint(tmp_db)
+    clash = store.ingest(other).files[0]
+    assert clash.status == "refused" and "conflicting" in clash.reason and str(folder) in clash.reason
+    assert db_fingerprint(tmp_db) == snapshot
+
+
+# --- 12. Ctrl-C stops a folder ingest -------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_ingest_and_records_it_as_interrupted(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import duckdb
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(40):  # enough units that the interrupt lands in the middle
+        _write(folder / f"part{i:02d}.parquet", _long([(f"m{i}", "arc", str(j), 1.0) for j in range(2000)]))
+    db = tmp_path / "s.duckdb"
+    proc = subprocess.Popen([sys.executable, "-m", "sparseeval.cli", "ingest", str(folder), "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (db.with_name("s.snapshot.duckdb")).exists():
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted" in err
+    with duckdb.connect(str(db), read_only=True) as con:
+        statuses = dict(con.execute("SELECT status, count(*) FROM ingests GROUP BY ALL").fetchall())
+        stored = con.execute("SELECT count(DISTINCT model) FROM responses").fetchone()[0]
+    assert statuses.get("interrupted") == 1 and "refused" not in statuses
+    assert statuses.get("ok", 0) == stored < 40  # stopped: no further file was read
