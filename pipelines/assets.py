@@ -156,7 +156,8 @@ def predictor(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix
     pred = score_on_split(matrix, split, est)
     metrics = score_metrics(pred, matrix.scores[split.test])
     artifact = artifact_from_fit(matrix, split, est, alpha=settings.alpha, seed=settings.seed,
-                                 models=store.store().model_metadata())
+                                 models=store.store().model_metadata(),
+                                 settings=store.store().training_settings(matrix.benchmark))
     folder = Path(settings.predictor_dir) / matrix.benchmark
     artifact = artifact.save(folder)
     cfg = tracking.config()

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 import sparseeval
-from sparseeval.benchmarks import HARNESS_TASKS
+from sparseeval.benchmarks import HARNESS_TASKS, V2_GROUPS, split_variant
 from sparseeval.methods.base import AnchorEstimator
 
 FORMAT = "sparseeval-predictor"
@@ -99,17 +99,25 @@ class PredictorArtifact:
 def harness_location(benchmark: str, item_id: str) -> tuple[str | None, int | None]:
     """lm-eval task name and doc index of an item.
 
+    The benchmark's variant suffix (``arc@0shot``) is a setting, not part of the task name.
     Leaderboard benchmarks map to their harness task (``arc`` -> ``arc_challenge``); MMLU items
-    ``subject.index`` map to task ``mmlu_<subject>``; any other benchmark is taken to be a harness
-    task of the same name with the item id as doc index (what the lm-eval reader produces).
+    ``subject.index`` map to task ``mmlu_<subject>``; leaderboard v2 items ``subtask.index`` to
+    ``leaderboard_<group>_<subtask>``; an item ``<task>.<index>`` of another grouped benchmark to
+    that subtask; any other benchmark is taken to be a harness task of the same name with the item
+    id as doc index (what the lm-eval reader produces).
     """
-    if benchmark == "mmlu":
-        subject, _, index = item_id.rpartition(".")
-        if subject and index.isdigit():
-            return f"mmlu_{subject}", int(index)
-        return None, None
-    task = HARNESS_TASKS.get(benchmark, benchmark)
-    return (task, int(item_id)) if item_id.isdigit() else (None, None)
+    base = split_variant(benchmark)[0]
+    prefix, _, index = item_id.rpartition(".")
+    if base == "mmlu":
+        return (f"mmlu_{prefix}", int(index)) if prefix and index.isdigit() else (None, None)
+    if base in V2_GROUPS:
+        _, task_prefix, suffix, _ = V2_GROUPS[base]
+        return (f"{task_prefix}{prefix}{suffix}", int(index)) if prefix and index.isdigit() else (None, None)
+    if item_id.isdigit():
+        return HARNESS_TASKS.get(base, base), int(item_id)
+    if prefix and index.isdigit():
+        return prefix, int(index)
+    return None, None
 
 
 def _state_bytes(estimator: AnchorEstimator) -> bytes:

@@ -51,7 +51,8 @@ def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str |
     by_shots: dict[int, list[str]] = {}
     for art in artifacts:
         base, shots, _ = split_variant(art.benchmark)
-        shots = default_n_shot(base) if shots is None else shots
+        recorded = (art.extra.get("settings") or {}).get("n_shot")
+        shots = recorded if recorded is not None else default_n_shot(base) if shots is None else shots
         tasks = by_shots.setdefault(shots, [])
         tasks += [t for t in dict.fromkeys(a.task for a in art.anchors if a.task) if t not in tasks]
     return [f"lm_eval run --model hf --model_args pretrained=YOUR_MODEL --tasks {','.join(tasks)} "

@@ -187,8 +187,8 @@ def _train_summary(models: list[str], scores: np.ndarray, dates: pl.DataFrame | 
 def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmark: str, k: int,
                   method: str, *, calibration_frac: float = 0.2, seed: int = 0, device: str = "auto",
                   alpha: float = 0.1, models: pl.DataFrame | None = None,
-                  method_params: dict[str, Any] | None = None, row_mean_is_score: bool = False
-                  ) -> PredictorArtifact:
+                  method_params: dict[str, Any] | None = None, row_mean_is_score: bool = False,
+                  settings: dict[str, Any] | None = None) -> PredictorArtifact:
     """Fit ``method`` with ``k`` anchors on ``benchmark`` and calibrate it; return an unsaved artifact.
 
     Models are split once with ``seed``: ``calibration_frac`` held out for conformal calibration
@@ -202,13 +202,18 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
     split = make_split(matrix.models, policy="random", val_frac=VAL_FRAC * (1 - calibration_frac),
                        test_frac=calibration_frac, seed=seed)
     est = fit_on_split(matrix, split, method, k, seed, device=device, params=method_params)
-    return artifact_from_fit(matrix, split, est, alpha=alpha, seed=seed, models=models)
+    return artifact_from_fit(matrix, split, est, alpha=alpha, seed=seed, models=models, settings=settings)
 
 
 def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *, alpha: float = 0.1,
-                      seed: int = 0, models: pl.DataFrame | None = None) -> PredictorArtifact:
+                      seed: int = 0, models: pl.DataFrame | None = None,
+                      settings: dict[str, Any] | None = None) -> PredictorArtifact:
     """Calibrate an estimator fitted on ``split.train`` (+ ``split.val``) on the held-out
     ``split.test`` models and wrap it as an unsaved artifact.
+
+    ``settings``: the evaluation settings of the training data (n-shot, metric, filter, harness;
+    :meth:`sparseeval.store.Store.training_settings`), recorded in ``predictor.json`` so a user
+    runs the anchors the same way (``export``) and ``predict`` can refuse answers run otherwise.
 
     The pipeline fits anchors once per benchmark and publishes that same estimator, so the test
     models of its split are the conformal calibration set: the estimator never saw them.
@@ -223,4 +228,5 @@ def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator
     return PredictorArtifact(estimator=est, benchmark=matrix.benchmark, item_ids=matrix.items,
                              anchors=build_anchors(est, matrix.benchmark, matrix.items),
                              calibration=calibration, train_models=train_models,
-                             library_version=sparseeval.__version__)
+                             library_version=sparseeval.__version__,
+                             extra={"settings": settings} if settings else {})

@@ -46,9 +46,10 @@ def read_data(path: str | Path) -> ParsedResults:
                 f"{e.file}: {e.reason}" for e in report.files) if report.files else "empty folder")
         responses, scores = store.load_long()
         models = store.model_metadata().select("model", "submitted_at", "n_params", "base_model")
+        settings = {b: store.training_settings(b) for b in store.benchmarks()}
     return ParsedResults(responses=responses.select("model", "benchmark", "item_id", "score"),
                          scores=scores.select("model", "benchmark", "score"),
-                         models=models, sources=[Path(e.file) for e in stored])
+                         models=models, sources=[Path(e.file) for e in stored], settings=settings)
 
 
 def model_dates(models_meta: pl.DataFrame, models: list[str]) -> list[object] | None:

@@ -336,3 +336,36 @@ def test_ctrl_c_stops_the_ingest_and_records_it_as_interrupted(tmp_path: Path) -
         stored = con.execute("SELECT count(DISTINCT model) FROM responses").fetchone()[0]
     assert statuses.get("interrupted") == 1 and "refused" not in statuses
     assert statuses.get("ok", 0) == stored < 40  # stopped: no further file was read
+
+
+# --- settings travel from the data to the predictor, export and predict -------------------------------
+
+def test_settings_travel_to_the_predictor_export_and_predict(tmp_path: Path) -> None:
+    import numpy as np
+
+    from sparseeval.commands.predict import predict_all
+    from sparseeval.export import lm_eval_commands
+    from sparseeval.scoring import fit_predictor
+
+    rng = np.random.default_rng(0)
+    ability = rng.normal(size=60)
+    rows = [(f"org/m{m}", "arc_challenge", str(i), float(ability[m] + rng.normal() > i / 10 - 0.5))
+            for m in range(60) for i in range(12)]
+    responses = _long(rows, n_shot=[25] * len(rows), metric=["acc_norm"] * len(rows))
+    responses.write_parquet(tmp_path / "responses.parquet")
+    frame = responses.group_by("model").agg(score=pl.col("score").mean()).with_columns(benchmark=pl.lit("arc"))
+    frame.select("model", "benchmark", "score").write_parquet(tmp_path / "scores.parquet")
+    data = read_data(tmp_path)
+    assert data.settings["arc"]["n_shot"] == 25 and data.settings["arc"]["metric"] == "acc_norm"
+    art = fit_predictor(data.responses, data.scores, "arc", 4, "sparseeval-linear", settings=data.settings["arc"])
+    saved = art.save(tmp_path / "pred")
+    assert saved.extra["settings"]["n_shot"] == 25
+    [command] = lm_eval_commands([saved], "anchors.json")
+    assert "--tasks arc_challenge --num_fewshot 25 --samples anchors.json" in command
+    zero_shot = pl.DataFrame({"model": "new", "benchmark": "arc@0shot", "item_id": saved.anchor_item_ids,
+                              "score": 1.0})
+    with pytest.raises(ValueError, match=r"run as 'arc@0shot' \(0-shot\) but the predictor 'arc' was trained "
+                                         r"on 25-shot .*--force-settings"):
+        predict_all([saved], zero_shot)
+    [forced] = predict_all([saved], zero_shot, force_settings=True)
+    assert any("forced onto 25-shot" in w for w in forced.warnings)

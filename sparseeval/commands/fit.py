@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         artifact = fit_predictor(data.responses, data.scores, bench, args.k, args.method,
                                  calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
-                                 alpha=args.alpha, models=data.models, row_mean_is_score=args.row_mean_is_score)
+                                 alpha=args.alpha, models=data.models, row_mean_is_score=args.row_mean_is_score,
+                                 settings=data.settings.get(bench))
         out = args.out or args.registry / bench
         saved = artifact.save(out)
     except USER_ERRORS as exc:

@@ -109,6 +109,8 @@ class ParsedResults:
     sources: list[Path] = field(default_factory=list)
     notes: list[PartNote] = field(default_factory=list)
     format: str | None = None
+    #: benchmark -> the settings its data was produced under (filled by ``read_data`` from the store)
+    settings: dict[str, dict] = field(default_factory=dict)
 
     @property
     def refused_parts(self) -> list[PartNote]:

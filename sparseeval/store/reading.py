@@ -77,3 +77,21 @@ class Reading(Connections):
         return self.query("SELECT model, family, submitted_at, n_params, base_model, first_seen "
                           "FROM models ORDER BY model")
 
+
+    def training_settings(self, benchmark: str) -> dict[str, Any]:
+        """The evaluation settings of the current responses of ``benchmark``: for each setting the
+        most common value among its runs (None when no run says), and how many runs agree, so a
+        predictor can record what its training data was produced under."""
+        rows = self.query(
+            'SELECT task, n_shot, metric, filter, harness, harness_version, count(*) AS runs FROM current_runs '
+            "WHERE benchmark = $b AND kind = 'responses' GROUP BY ALL "
+            "ORDER BY runs DESC, n_shot NULLS LAST, metric NULLS LAST LIMIT 1",
+            {"b": benchmark})
+        total = self.query("SELECT count(*) FROM current_runs WHERE benchmark = $b AND kind = 'responses'",
+                           {"b": benchmark}).item()
+        if rows.height == 0:
+            return {}
+        out = rows.row(0, named=True)
+        out["runs_agreeing"] = out.pop("runs")
+        out["runs"] = int(total)
+        return out
