@@ -283,6 +283,7 @@ def test_a_model_folder_that_gains_a_run_updates_with_history(tmp_path: Path, tm
     _rerun(REAL_RUN, folder, "2026-12-03T07-24-51.465794", flip=True)  # lm-eval writes a 2nd run beside
     second = store.ingest(folder).files[0]
     assert second.status in ("ok", "partial") and second.n_superseded >= 1, second
+    assert second.replaced == [(str(folder), second.n_superseded)]  # ingest says what it replaced
     now = store.query("SELECT benchmark, item_id, score FROM responses ORDER BY ALL").rows()
     assert now != before
     toy_a = store.query("SELECT DISTINCT score FROM responses WHERE benchmark = 'toy_group@3shot' "

@@ -48,6 +48,8 @@ def format_report(report: IngestReport) -> list[str]:
             lines.append(f"    {f.reason}")
         elif f.reason:
             lines.append(f"    ({f.reason})")
+        for earlier, n_runs in f.replaced:
+            lines.append(f"    replaced {n_runs} earlier run(s) stored from {earlier} (kept as history)")
         for note in f.notes:
             lines.append(f"    {note.status}: {note.part}: {note.reason}")
         if f.publish_error:

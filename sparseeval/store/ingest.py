@@ -68,6 +68,7 @@ class FileReport:
     format: str = ""
     notes: list[PartNote] = field(default_factory=list)
     publish_error: str | None = None  #: stored, but the read-only snapshot could not be refreshed
+    replaced: list[tuple[str, int]] = field(default_factory=list)  #: (earlier file, runs it no longer holds current)
 
 
 @dataclass
@@ -126,7 +127,8 @@ class Ingesting(Connections):
                 report.files.append(self._record(path, "", "refused", str(exc)))
                 continue
             for note in notes:  # files found but not units: refused (unreadable) or skipped (docs)
-                report.files.append(self._record(Path(note.part), "", note.status, note.reason))
+                reason = f"{note.part}: {note.reason}" if note.status == "refused" else note.reason
+                report.files.append(self._record(Path(note.part), "", note.status, reason))
             for unit in units:
                 entry = self._ingest_unit(unit, reader or default_reader)
                 report.files.append(entry)
@@ -205,6 +207,9 @@ class Ingesting(Connections):
                 _relate_runs(con, source_key)
                 _check_conflicts(con, path)
                 n_resp, n_scores, n_superseded = _insert(con, ingest_id, source_key)
+                replaced = [(str(f), int(n)) for f, n in _run(
+                    con, "SELECT i.file, count(*) FROM runs r JOIN ingests i ON i.ingest_id = r.ingest_id "
+                         "WHERE r.superseded_in = ? GROUP BY 1 ORDER BY 1", [ingest_id])]
                 notes = [*notes, *_name_variants(con)]
                 reason = "; ".join(f"{n.part}: {n.reason}" for n in refused_parts) or None
                 _run(con,
@@ -237,13 +242,13 @@ class Ingesting(Connections):
                  n_superseded)
         return FileReport(str(path), status, sha, reason=reason_out, n_responses=n_resp, n_scores=n_scores,
                           n_superseded=n_superseded, rows_read=rows_read, ingest_id=ingest_id, format=fmt,
-                          notes=list(notes), publish_error=publish_error)
+                          notes=list(notes), publish_error=publish_error, replaced=replaced)
 
     def _record(self, path: Path, sha: str, status: str, reason: str,
                 started: datetime | None = None) -> FileReport:
         """Record a unit that stored nothing (refused, interrupted, or a skipped file) in ``ingests``."""
-        if status == "refused":
-            log.warning("refused %s", reason)
+        if status == "refused":  # the caller reports it (CLI table, asset metadata): log for debugging only
+            log.info("refused %s", reason)
         with self._write() as con:
             _run(con,
                  "INSERT INTO ingests (file, source_key, sha256, format, status, reason, started_at, finished_at) "
