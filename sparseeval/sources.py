@@ -7,22 +7,51 @@ the same validation and the same errors.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from sparseeval.readers.base import InputError, ParsedResults
 
 
-def read_data(path: str | Path) -> ParsedResults:
-    """Read and validate every unit under ``path`` exactly as ``ingest`` would, into frames.
+class DataSource:
+    """A data path ingested into a private temporary store, read per benchmark.
 
-    The data goes through the store's own ingest into a private temporary store, so ``fit`` and
-    ``evaluate`` see precisely what ``sparseeval ingest`` would store: the same readers, validation,
-    glob-safe pinned reads, and the same rule for two files that disagree (refused, naming both,
-    unless run times order them). Unlike the forgiving store, any refused unit or refused part of a
-    unit refuses the whole path here: a fit on silently less data is worse than no fit.
+    Large sources (the leaderboard's 7,000 models x 30,000 items, 210 M rows) never become one
+    eager frame: :meth:`long` returns LazyFrames over the store that ``build_matrix`` streams.
+    """
+
+    def __init__(self, store: Any, files: list[Path]) -> None:
+        self.store = store
+        self.files = files
+
+    def benchmarks(self) -> list[str]:
+        return self.store.benchmarks()
+
+    def long(self, benchmark: str | None = None, *, lazy: bool = True) -> tuple[Any, Any]:
+        """(responses, scores) of ``benchmark`` (all when None), lazy by default."""
+        return self.store.load_long(benchmark, lazy=lazy)
+
+    def models(self) -> pl.DataFrame:
+        return self.store.model_metadata().select("model", "submitted_at", "n_params", "base_model")
+
+    def settings(self, benchmark: str) -> dict[str, Any]:
+        return self.store.training_settings(benchmark)
+
+
+@contextlib.contextmanager
+def open_data(path: str | Path) -> Iterator[DataSource]:
+    """Ingest every unit under ``path`` exactly as ``ingest`` would, into a private temporary store.
+
+    The data goes through the store's own ingest, so ``fit`` and ``evaluate`` see precisely what
+    ``sparseeval ingest`` would store: the same readers, validation, glob-safe pinned reads, and
+    the same rule for two files that disagree (refused, naming both, unless run times order them).
+    Unlike the forgiving store, any refused unit or refused part of a unit refuses the whole path
+    here: a fit on silently less data is worse than no fit.
     """
     from sparseeval.store import Store  # lazy: the store pulls in DuckDB's machinery
 
@@ -44,12 +73,16 @@ def read_data(path: str | Path) -> ParsedResults:
         if not stored:
             raise InputError(path, "no results found: " + "; ".join(
                 f"{e.file}: {e.reason}" for e in report.files) if report.files else "empty folder")
-        responses, scores = store.load_long()
-        models = store.model_metadata().select("model", "submitted_at", "n_params", "base_model")
-        settings = {b: store.training_settings(b) for b in store.benchmarks()}
-    return ParsedResults(responses=responses.select("model", "benchmark", "item_id", "score"),
-                         scores=scores.select("model", "benchmark", "score"),
-                         models=models, sources=[Path(e.file) for e in stored], settings=settings)
+        yield DataSource(store, [Path(e.file) for e in stored])
+
+
+def read_data(path: str | Path) -> ParsedResults:
+    """Everything under ``path`` as eager frames (see :func:`open_data`; prefer it for large data)."""
+    with open_data(path) as data:
+        responses, scores = data.long(lazy=False)
+        return ParsedResults(responses=responses.select("model", "benchmark", "item_id", "score"),
+                             scores=scores.select("model", "benchmark", "score"), models=data.models(),
+                             sources=data.files, settings={b: data.settings(b) for b in data.benchmarks()})
 
 
 def model_dates(models_meta: pl.DataFrame, models: list[str]) -> list[object] | None:

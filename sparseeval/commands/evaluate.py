@@ -21,7 +21,7 @@ from sparseeval.matrix import build_matrix
 from sparseeval.methods import available_methods
 from sparseeval.readers.base import InputError
 from sparseeval.report import print_table
-from sparseeval.sources import model_dates, read_data
+from sparseeval.sources import DataSource, model_dates, open_data
 
 
 def _int_list(text: str) -> list[int]:
@@ -69,11 +69,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        parsed = read_data(args.data)
+        with open_data(args.data) as data:
+            return _evaluate(args, data)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    present = sorted(parsed.responses["benchmark"].unique().to_list())
+
+
+def _evaluate(args: argparse.Namespace, data: DataSource) -> int:
+    present = data.benchmarks()
     if args.benchmark == "all":
         benchmarks = present
     else:
@@ -89,9 +93,8 @@ def run(args: argparse.Namespace) -> int:
     results = []
     with tqdm(total=total, desc="evaluate", unit="run", disable=args.no_progress, file=sys.stderr) as bar:
         for bench in benchmarks:
-            matrix = build_matrix(parsed.responses, parsed.scores, bench,
-                                  row_mean_is_score=args.row_mean_is_score)
-            dates = model_dates(parsed.models, matrix.models) if args.split == "date" else None
+            matrix = build_matrix(*data.long(bench), bench, row_mean_is_score=args.row_mean_is_score)
+            dates = model_dates(data.models(), matrix.models) if args.split == "date" else None
 
             def tick(result: object) -> None:
                 bar.set_postfix_str(f"{result.benchmark} {result.method} k={result.k} "  # type: ignore[attr-defined]

@@ -15,19 +15,22 @@ from pathlib import Path
 
 from sparseeval.benchmarks import canonical_benchmark
 from sparseeval.commands.predict import DEFAULT_REGISTRY, USER_ERRORS
+from sparseeval.readers.base import InputError
 from sparseeval.scoring import fit_predictor
-from sparseeval.sources import read_data
+from sparseeval.sources import open_data
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         bench = canonical_benchmark(args.benchmark)
-        data = read_data(args.data)
-        t0 = time.perf_counter()
-        artifact = fit_predictor(data.responses, data.scores, bench, args.k, args.method,
-                                 calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
-                                 alpha=args.alpha, models=data.models, row_mean_is_score=args.row_mean_is_score,
-                                 settings=data.settings.get(bench))
+        with open_data(args.data) as data:
+            t0 = time.perf_counter()
+            if bench not in data.benchmarks():
+                raise InputError(args.data, f"no benchmark {bench!r} (found: {', '.join(data.benchmarks())})")
+            artifact = fit_predictor(*data.long(bench), bench, args.k, args.method,
+                                     calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
+                                     alpha=args.alpha, models=data.models(), row_mean_is_score=args.row_mean_is_score,
+                                     settings=data.settings(bench))
         out = args.out or args.registry / bench
         saved = artifact.save(out)
     except USER_ERRORS as exc:
