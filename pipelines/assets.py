@@ -1,14 +1,26 @@
-"""Assets: raw_results -> response_matrix -> anchors -> predictor -> evaluation, and predictions.
+"""Assets: raw_results -> response_matrix[b] -> candidate[b] -> champion[b] -> evaluation[b], predictions[b].
 
-Every asset is partitioned by benchmark, so each benchmark's optimisation is its own run (and can
-go to its own worker). Asset bodies only move data between the library and the stores; the
-algorithms live in :mod:`sparseeval`.
+Thin: each asset moves data between the library and the stores; algorithms live in
+:mod:`sparseeval`. Every fact has one home and one writer:
+
+* ``raw_results`` (one per refresh, not per benchmark) is the only writer of results into DuckDB;
+* ``response_matrix`` is the only value passed between steps (an ``.npz`` through
+  :class:`~pipelines.io_managers.MatrixIOManager`); its data version is the store's fingerprint of
+  the benchmark's current runs;
+* ``candidate`` fits (keeping the champion's anchors and refitting its predictor, plus a fresh
+  selection as challenger), writes each anchor set once, saves each predictor version folder, and
+  runs the **blocking** publishing checks; when the data and settings are unchanged it does nothing
+  and says so;
+* ``champion`` publishes only what passed the checks (registry alias, published folder, DuckDB role);
+* ``evaluation`` compares methods on the same splits, reusing the candidate's fit for its own cell.
 """
 
 
-import os
+import json
+import shutil
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,90 +28,92 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
+from pipelines.partitions import benchmark_partitions
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from sparseeval.artifact import load_predictor
-from sparseeval.evaluation import fit_on_split, results_frame, run_protocol, score_on_split, split_for_seed, summarize
+from sparseeval.champion import baseline_mae, crossfit_coverage, decide, refit_on_anchors
+from sparseeval.evaluation import fit_on_split, results_frame, run_protocol, split_for_seed, summarize
 from sparseeval.matrix import EmptyMatrixError, ResponseMatrix, build_matrix
-from sparseeval.metrics import score_metrics
 from sparseeval.report import plot_mae_vs_k
 from sparseeval.scoring import artifact_from_fit, predict
 from sparseeval.sources import model_dates
-from sparseeval.synthetic import DEFAULT_BENCHMARKS
 from sparseeval.tracking import log_comparison, log_evaluation_run, register_predictor
 
-
-def configured_benchmarks() -> list[str]:
-    """Partition keys: ``SPARSEEVAL_BENCHMARKS`` (comma-separated) or the embedded data's benchmarks."""
-    env = os.environ.get("SPARSEEVAL_BENCHMARKS", "")
-    names = [b.strip() for b in env.split(",") if b.strip()]
-    return names or list(DEFAULT_BENCHMARKS)
-
-
-benchmark_partitions = dg.StaticPartitionsDefinition(configured_benchmarks())
 GROUP = "sparseeval"
+OWNERS = ["team:sparseeval"]
+PUBLISH_CHECKS = ("beats_random_linear", "coverage_near_nominal", "anchors_valid")
 
 
-@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"duckdb"},
+def _markdown(frame: pl.DataFrame) -> str:
+    head = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
+    return head + "\n".join("| " + " | ".join(str(v) for v in row) + " |" for row in frame.iter_rows())
+
+
+def _listing(rows: list[tuple[str, str]]) -> dg.MetadataValue:
+    return dg.MetadataValue.md("\n".join(f"- `{file}`: {reason}" for file, reason in rows[:200]) or "none")
+
+
+# --- ingest ---------------------------------------------------------------------------------------
+
+@dg.asset(group_name=GROUP, kinds={"duckdb"}, owners=OWNERS, tags={"layer": "ingest"}, pool="duckdb_writer",
           check_specs=[dg.AssetCheckSpec("every_file_accepted", asset="raw_results",
                                          description="No source file, and no part of one, was refused.")],
-          description="Ingest the source folder into DuckDB (idempotent: unchanged files are skipped "
-                      "by sha256; a newer run replaces an older one as current; bad files or parts are "
-                      "refused and recorded with the reason, good ones stored).")
+          description="Ingest the source folder into DuckDB, once per refresh: unchanged files are skipped by "
+                      "sha256, a newer run replaces an older one as current (kept as history), bad files or "
+                      "parts are refused with the reason. Reports which benchmarks changed.")
 def raw_results(context: dg.AssetExecutionContext, store: StoreResource, source: SourceResource):
-    bench = context.partition_key
     folder = source.resolve()
     db = store.store()
+    before = {b: db.data_version(b) for b in db.benchmarks()}
     report = db.ingest(folder)
+    after = {b: db.data_version(b) for b in db.benchmarks()}
+    changed = sorted(b for b, v in after.items() if before.get(b) != v)
     refused = [(f.file, f.reason or "") for f in report.files if f.status == "refused"]
     refused += [(n.part, n.reason) for f in report.files for n in f.notes if n.status == "refused"]
     skipped = [(f.file, f.reason or "") for f in report.files if f.status == "skipped"]
     skipped += [(n.part, n.reason) for f in report.files for n in f.notes if n.status in ("skipped", "warning")]
     for file, reason in refused:
         context.log.warning("refused %s: %s", file, reason)
-    counts = db.query(
-        "SELECT count(*) AS responses, count(DISTINCT model) AS models, count(DISTINCT item_id) AS items "
-        "FROM responses WHERE benchmark = ?", [bench]).row(0, named=True)
-    summary = {"benchmark": bench, **counts, "source": str(folder)}
-
-    def listing(rows: list[tuple[str, str]]) -> dg.MetadataValue:
-        return dg.MetadataValue.md("\n".join(f"- `{file}`: {reason}" for file, reason in rows[:200]) or "none")
-
-    yield dg.Output(summary, metadata={
+    context.log.info("ingest of %s: %d benchmark(s) changed: %s", folder, len(changed), ", ".join(changed) or "none")
+    yield dg.MaterializeResult(metadata={
         "source": str(folder),
+        "benchmarks": dg.MetadataValue.json(sorted(after)),
+        "changed_benchmarks": dg.MetadataValue.json(changed),
+        "data_versions": dg.MetadataValue.json(after),
         "files_stored": len(report.by_status("ok")) + len(report.by_status("partial")),
         "files_skipped": len(report.by_status("skipped")),
         "files_refused": len(refused),
-        "refused": listing(refused),
-        "skipped": listing(skipped),
+        "refused": _listing(refused),
+        "skipped": _listing(skipped),
         "runs_superseded": sum(f.n_superseded for f in report.files),
-        "responses": counts["responses"],
-        "models": counts["models"],
-        "items": counts["items"],
         "tables": dg.MetadataValue.json(db.table_counts()),
-    })
+    }, data_version=dg.DataVersion("|".join(f"{b}={v}" for b, v in sorted(after.items()))))
     # fails visibly (the run is marked in the UI) without holding back what was stored
     yield dg.AssetCheckResult(check_name="every_file_accepted", passed=not refused,
                               severity=dg.AssetCheckSeverity.ERROR,
-                              metadata={"refused": listing(refused), "files_refused": len(refused)})
+                              metadata={"refused": _listing(refused), "files_refused": len(refused)})
 
 
-@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"polars"},
-          deps=[raw_results],
-          check_specs=[dg.AssetCheckSpec("matrix_not_empty", asset="response_matrix"),
-                       dg.AssetCheckSpec("scores_within_unit_interval", asset="response_matrix")],
-          description="Dense float32 models x items matrix of the benchmark with observed mask and targets.")
+# --- matrix ---------------------------------------------------------------------------------------
+
+@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"polars"}, owners=OWNERS,
+          tags={"layer": "matrix"}, deps=[raw_results],
+          check_specs=[dg.AssetCheckSpec("matrix_not_empty", asset="response_matrix", blocking=True),
+                       dg.AssetCheckSpec("scores_within_unit_interval", asset="response_matrix", blocking=True)],
+          description="Dense float32 models x items matrix of the benchmark with observed mask and targets, "
+                      "built from the store's current runs (data version = their fingerprint).")
 def response_matrix(context: dg.AssetExecutionContext, store: StoreResource):
     bench = context.partition_key
-    responses, scores = store.store().load_long(bench, lazy=True)
+    db = store.store()
+    version = db.data_version(bench)
     try:
-        matrix = build_matrix(responses, scores, bench)
+        matrix = build_matrix(*db.load_long(bench, lazy=True), bench)
     except EmptyMatrixError as exc:
         raise dg.Failure(description=str(exc)) from exc
     n_models, n_items = matrix.shape
-    yield dg.Output(matrix, metadata={
+    yield dg.Output(matrix, data_version=dg.DataVersion(version), metadata={
         "models": n_models, "items": n_items, "density": round(matrix.density, 4),
-        "targets_reported": sum(1 for s in matrix.score_source if s == "reported"),
-        "dropped_models": len(matrix.dropped_models),
+        "dropped_models": len(matrix.dropped_models), "data_version": version,
     })
     yield dg.AssetCheckResult(check_name="matrix_not_empty", passed=bool(n_models > 0 and n_items > 0),
                               metadata={"models": n_models, "items": n_items})
@@ -110,90 +124,221 @@ def response_matrix(context: dg.AssetExecutionContext, store: StoreResource):
                                         "score_max": float(matrix.scores.max())})
 
 
+# --- fit: champion refit + challenger, with the blocking publishing checks --------------------------
+
 def _dates(store: StoreResource, matrix: ResponseMatrix, policy: str) -> list[Any] | None:
     """Model dates for a split by date (read from the store only when that policy is chosen)."""
     return model_dates(store.store().model_metadata(), matrix.models) if policy == "date" else None
 
 
-@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"pytorch", "duckdb"},
-          check_specs=[dg.AssetCheckSpec("anchors_unique_and_k", asset="anchors")],
-          description="Anchor selection on the training models of the configured split (never test models).")
-def anchors(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
-            settings: SettingsResource):
-    matrix = response_matrix
-    k = min(settings.k, len(matrix.items))
-    split = split_for_seed(matrix, settings.seed, settings.protocol(), _dates(store, matrix, settings.split_policy))
-    t0 = time.perf_counter()
-    est = fit_on_split(matrix, split, settings.method, k, settings.seed, device=settings.device)
-    seconds = time.perf_counter() - t0
-    assert est.anchors_ is not None
+def _fit_version(matrix: ResponseMatrix, split: Any, est: Any, settings: SettingsResource,
+                 store: StoreResource, origin: str, version: str, baseline: float,
+                 fit_seconds: float) -> dict[str, Any]:
+    """Calibrate, save as a versioned predictor folder, and write the anchor set once; its scores."""
+    db = store.store()
+    artifact = artifact_from_fit(matrix, split, est, alpha=settings.alpha, seed=settings.seed,
+                                 models=db.model_metadata(), settings=db.training_settings(matrix.benchmark))
+    staging = Path(settings.predictor_dir) / matrix.benchmark / "versions" / f".staging-{origin}"
+    saved = artifact.save(staging)
+    folder = staging.parent / saved.content_hash.removeprefix("sha256:")[:16]
+    if folder.exists():
+        shutil.rmtree(staging)
+    else:
+        staging.rename(folder)
     items = [matrix.items[i] for i in est.anchors_]
+    mae = saved.calibration["calibration_mae_points"]  # one held-out MAE: the one predictor.json carries
+    coverage = crossfit_coverage(matrix, split, est, alpha=settings.alpha, seed=settings.seed,
+                                 mode=saved.calibration.get("mode", "binomial"))
     weights = getattr(est, "weights_", None)
-    anchor_set_id = store.store().save_anchor_set(
-        benchmark=matrix.benchmark, method=settings.method, k=k, items=items,
+    anchor_set_id = db.save_anchor_set(
+        benchmark=matrix.benchmark, method=est.method, k=est.k, items=items,
         weights=None if weights is None else [float(w) for w in weights], seed=settings.seed,
         n_train_models=len(split.train), params={"split": settings.split_policy, "val_frac": settings.val_frac,
-                                                 "test_frac": settings.test_frac})
-    selection = getattr(est, "selection_", {})
-    yield dg.Output({"estimator": est, "split": split, "items": items, "anchor_set_id": anchor_set_id,
-                     "seconds": seconds}, metadata={
-        "k": k, "method": settings.method, "seed": settings.seed, "anchor_set_id": anchor_set_id,
-        "anchors": dg.MetadataValue.json(items), "seconds": round(seconds, 2),
-        "train_models": len(split.train), "val_models": len(split.val), "test_models": len(split.test),
-        "start": str(selection.get("start", "")), "swaps": int(selection.get("swaps", 0)),
+                                                 "test_frac": settings.test_frac, "origin": origin,
+                                                 "fit_seconds": round(fit_seconds, 3)},
+        artifact_uri=str(folder.resolve()), origin=origin, data_version=version, test_mae=mae,
+        baseline_mae=baseline, coverage=coverage)
+    return {"anchor_set_id": anchor_set_id, "folder": str(folder), "mae": mae, "coverage": coverage,
+            "items": items, "origin": origin, "content_hash": saved.content_hash}
+
+
+@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"pytorch", "duckdb"}, owners=OWNERS,
+          tags={"layer": "fit"}, pool="sparseeval_fit",
+          check_specs=[dg.AssetCheckSpec(name, asset="candidate", blocking=True) for name in PUBLISH_CHECKS],
+          description="Fit on the training models of the split: the champion's anchors kept and its predictor "
+                      "refit on the new data, and a fresh selection as challenger; each anchor set written once "
+                      "and each predictor saved as a version. Blocking checks decide whether the proposed one "
+                      "may be published. Unchanged data and settings: nothing is refit.")
+def candidate(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
+              settings: SettingsResource):
+    matrix, db = response_matrix, store.store()
+    bench = matrix.benchmark
+    version = db.data_version(bench)
+    k = min(settings.k, len(matrix.items))
+    champion = db.champion(bench)
+    same_setup = champion is not None and champion["method"] == settings.method and champion["k"] == k \
+        and champion["seed"] == settings.seed
+    if same_setup and champion["data_version"] == version:
+        reason = (f"skipped: data version {version} and settings unchanged since champion anchor set "
+                  f"#{champion['anchor_set_id']}: nothing refit, nothing to publish")
+        context.log.info("%s: %s", bench, reason)
+        yield dg.MaterializeResult(metadata={"decision": reason, "proposed": None,
+                                             "champion": champion["anchor_set_id"], "data_version": version})
+        for name in PUBLISH_CHECKS:
+            yield dg.AssetCheckResult(check_name=name, passed=True, metadata={"skipped": reason})
+        return
+    split = split_for_seed(matrix, settings.seed, settings.protocol(), _dates(store, matrix, settings.split_policy))
+    t0 = time.perf_counter()
+    selected_est = fit_on_split(matrix, split, settings.method, k, settings.seed, device=settings.device)
+    seconds = time.perf_counter() - t0
+    baseline = baseline_mae(matrix, split, k, settings.seed, device=settings.device)
+    selected = _fit_version(matrix, split, selected_est, settings, store, "selected", version, baseline, seconds)
+    proposed, challenger, decision = selected, None, "first publication: the selected anchors"
+    if same_setup:
+        try:
+            t1 = time.perf_counter()
+            refit_est = refit_on_anchors(matrix, split, settings.method, champion["items"], settings.seed,
+                                         device=settings.device)
+        except ValueError as exc:
+            decision = f"champion cannot be refit ({exc}): the selected anchors are proposed"
+        else:
+            refit = _fit_version(matrix, split, refit_est, settings, store, "refit", version, baseline,
+                                 time.perf_counter() - t1)
+            choice = decide(refit["mae"], selected["mae"], margin=settings.challenger_margin,
+                            published_at=champion["published_at"], now=datetime.now(UTC).replace(tzinfo=None),
+                            min_days=settings.challenger_min_days)
+            decision = choice.reason
+            if choice.publish == "refit" and refit["anchor_set_id"] != selected["anchor_set_id"]:
+                proposed, challenger = refit, selected
+            elif refit["anchor_set_id"] != selected["anchor_set_id"]:
+                proposed, challenger = selected, None
+    # the publishing checks, on the proposed predictor's held-out models
+    valid = len(set(proposed["items"])) == k == len(proposed["items"]) and set(proposed["items"]) <= set(matrix.items)
+    nominal = 1.0 - settings.alpha
+    coverage = proposed["coverage"]
+    results = {
+        "beats_random_linear": (proposed["mae"] <= baseline,
+                                {"test_mae": proposed["mae"], "random_linear_mae": baseline}),
+        "coverage_near_nominal": (coverage is None or abs(coverage - nominal) <= settings.coverage_tolerance,
+                                  {"coverage": coverage, "nominal": nominal,
+                                   "tolerance": settings.coverage_tolerance,
+                                   "note": "too few held-out models to measure" if coverage is None else ""}),
+        "anchors_valid": (valid, {"k": k, "unique": len(set(proposed["items"]))}),
+    }
+    passed = all(ok for ok, _ in results.values())
+    db.update_anchor_set(proposed["anchor_set_id"], role="proposed" if passed else "rejected")
+    if challenger is not None:
+        db.update_anchor_set(challenger["anchor_set_id"], role="challenger" if passed else "rejected")
+    failed = [name for name, (ok, _) in results.items() if not ok]
+    if failed:
+        decision += f"; NOT published: failed {', '.join(failed)} (the champion stays)"
+    context.log.info("%s: %s", bench, decision)
+    yield dg.MaterializeResult(metadata={
+        "decision": decision, "proposed": proposed["anchor_set_id"],
+        "challenger": challenger["anchor_set_id"] if challenger else None,
+        "test_mae_points": round(proposed["mae"], 3), "random_linear_mae_points": round(baseline, 3),
+        "coverage": coverage, "k": k, "method": settings.method, "data_version": version,
+        "anchors": dg.MetadataValue.md(_markdown(pl.DataFrame({"position": range(k), "item_id": proposed["items"]}))),
+        "selection_seconds": round(seconds, 2), "train_models": len(split.train), "test_models": len(split.test),
     })
-    yield dg.AssetCheckResult(check_name="anchors_unique_and_k", passed=len(set(items)) == k == len(items),
-                              metadata={"k": k, "unique": len(set(items))})
+    for name, (ok, meta) in results.items():
+        yield dg.AssetCheckResult(check_name=name, passed=bool(ok), metadata=meta)
 
 
-@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"mlflow"},
-          check_specs=[dg.AssetCheckSpec("test_mae_finite", asset="predictor")],
-          description="Publish the fitted predictor: conformal calibration on the held-out test models, a "
-                      "versioned folder, an MLflow run (params, metrics, anchors, state) and a registered model.")
-def predictor(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, anchors: dict[str, Any],
-              store: StoreResource, tracking: TrackingResource, settings: SettingsResource):
-    matrix, est, split = response_matrix, anchors["estimator"], anchors["split"]
-    pred = score_on_split(matrix, split, est)
-    metrics = score_metrics(pred, matrix.scores[split.test])
-    artifact = artifact_from_fit(matrix, split, est, alpha=settings.alpha, seed=settings.seed,
-                                 models=store.store().model_metadata(),
-                                 settings=store.store().training_settings(matrix.benchmark))
-    folder = Path(settings.predictor_dir) / matrix.benchmark
-    artifact = artifact.save(folder)
+# --- publish ----------------------------------------------------------------------------------------
+
+@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"mlflow", "duckdb"}, owners=OWNERS,
+          tags={"layer": "publish"}, deps=[candidate], pool="duckdb_writer",
+          description="Publish the proposed predictor (only reached when candidate's blocking checks pass): "
+                      "registered in MLflow with alias champion (a challenger with alias challenger), copied "
+                      "to <predictors>/<benchmark>/, and recorded as champion in DuckDB. Earlier versions stay "
+                      "in <predictors>/<benchmark>/versions/ and in the registry.")
+def champion(context: dg.AssetExecutionContext, store: StoreResource, tracking: TrackingResource,
+             settings: SettingsResource) -> dg.MaterializeResult:
+    bench = context.partition_key
+    db = store.store()
+    proposed = db.anchor_sets_by_role(bench, "proposed")
+    current = db.champion(bench)
+    if not proposed:
+        reason = f"unchanged: champion #{current['anchor_set_id']} kept" if current else "nothing proposed"
+        return dg.MaterializeResult(metadata={"decision": reason,
+                                              "champion": current["anchor_set_id"] if current else None})
+    chosen = db.anchor_set(proposed[-1])
     cfg = tracking.config()
-    run_id = log_evaluation_run(
-        cfg, benchmark=matrix.benchmark, method=est.method, k=est.k, seed=settings.seed,
-        params={"split_policy": settings.split_policy, "val_frac": settings.val_frac,
-                "test_frac": settings.test_frac, "n_train": len(split.train), "n_items": len(matrix.items),
-                "content_hash": artifact.content_hash},
-        metrics={**metrics.as_dict(), "seconds": anchors["seconds"]},
-        anchors=[{"position": i, "item_id": item} for i, item in enumerate(anchors["items"])],
-        predictor_state_path=folder, tags={"dagster.run_id": context.run_id})
-    version = register_predictor(cfg, benchmark=matrix.benchmark, predictor_dir=folder, run_id=run_id)
-    store.store().save_anchor_set(benchmark=matrix.benchmark, method=est.method, k=est.k, items=anchors["items"],
-                                  seed=settings.seed, n_train_models=len(split.train),
-                                  mlflow_run_id=run_id, artifact_uri=str(folder.resolve()))
-    result = {"folder": str(folder), "mae": metrics.mae, "tau": metrics.tau, "run_id": run_id,
-              "version": version, "content_hash": artifact.content_hash}
-    yield dg.Output(result, metadata={
-        "test_mae_points": round(metrics.mae, 3), "test_kendall_tau": round(metrics.tau, 4),
-        "test_models": metrics.n, "k": est.k, "folder": str(folder), "mlflow_run_id": run_id,
-        "registered_version": version, "content_hash": artifact.content_hash,
+    published: dict[str, Any] = {}
+    challengers = [db.anchor_set(i) for i in db.anchor_sets_by_role(bench, "challenger", unregistered=True)]
+    for role, row in [("champion", chosen), *[("challenger", c) for c in challengers]]:
+        folder = Path(row["artifact_uri"])
+        artifact = load_predictor(folder)
+        run_id = log_evaluation_run(
+            cfg, benchmark=bench, method=row["method"], k=row["k"], seed=row["seed"],
+            params={"role": role, "origin": row["origin"], "data_version": row["data_version"],
+                    "n_train": row["n_train_models"], "content_hash": artifact.content_hash},
+            metrics={"test_mae": row["test_mae"], "random_linear_mae": row["baseline_mae"],
+                     **({"coverage": row["coverage"]} if row["coverage"] is not None else {})},
+            anchors=[{"position": i, "item_id": item} for i, item in enumerate(row["items"])],
+            predictor_state_path=folder, tags={"dagster.run_id": context.run_id, "role": role})
+        version = register_predictor(cfg, benchmark=bench, predictor_dir=folder, run_id=run_id, alias=role)
+        published[role] = {"anchor_set_id": row["anchor_set_id"], "registry_version": version, "run_id": run_id}
+        if role == "champion":
+            target = Path(settings.predictor_dir) / bench
+            _publish_folder(folder, target)
+            previous = db.publish_champion(bench, row["anchor_set_id"], registry_version=version,
+                                           mlflow_run_id=run_id)
+            published[role]["previous"] = previous
+        else:
+            db.update_anchor_set(row["anchor_set_id"], registry_version=version, mlflow_run_id=run_id)
+    champ = published["champion"]
+    return dg.MaterializeResult(metadata={
+        "decision": f"published anchor set #{champ['anchor_set_id']} as champion (registry version "
+                    f"{champ['registry_version']}; previous champion #{champ['previous']})",
+        "champion": champ["anchor_set_id"], "registry_version": champ["registry_version"],
+        "challenger": published.get("challenger", {}).get("anchor_set_id"),
+        "test_mae_points": chosen["test_mae"], "folder": str(Path(settings.predictor_dir) / bench),
     })
-    yield dg.AssetCheckResult(check_name="test_mae_finite", passed=bool(np.isfinite(metrics.mae)),
-                              metadata={"mae": float(metrics.mae)})
 
 
-@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"duckdb", "mlflow"},
-          deps=[predictor],
-          description="SparseEval and baselines on identical splits and seeds -> DuckDB evaluations, MLflow.")
+def _publish_folder(version: Path, target: Path) -> None:
+    """Copy a predictor version into the published folder ``target`` (replaced atomically enough:
+    the new copy is complete before the old one is moved away)."""
+    staging = target.with_name(f".{target.name}.publishing")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(version, staging, ignore=shutil.ignore_patterns("versions"))
+    versions = target / "versions"
+    target.mkdir(parents=True, exist_ok=True)
+    for child in list(target.iterdir()):
+        if child != versions:
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    for child in staging.iterdir():
+        child.rename(target / child.name)
+    staging.rmdir()
+
+
+# --- comparison and predictions ----------------------------------------------------------------------
+
+@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"duckdb", "mlflow"}, owners=OWNERS,
+          tags={"layer": "compare"}, deps=[champion], pool="sparseeval_fit",
+          description="SparseEval and baselines on identical splits and seeds -> DuckDB evaluations, one MLflow "
+                      "comparison run with the MAE-vs-K plot. Skipped when the data version already has one.")
 def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
-               tracking: TrackingResource, settings: SettingsResource) -> dg.Output[pl.DataFrame]:
-    matrix = response_matrix
+               tracking: TrackingResource, settings: SettingsResource) -> dg.MaterializeResult:
+    matrix, db = response_matrix, store.store()
+    version = db.data_version(matrix.benchmark)
+    done = db.evaluation_count(matrix.benchmark, version)
+    if done:
+        return dg.MaterializeResult(metadata={"decision": f"skipped: {done} evaluation rows already exist for "
+                                                          f"data version {version}"})
     ks = [k for k in settings.ks() if k <= len(matrix.items)]
     seeds = list(range(settings.seed, settings.seed + settings.compare_seeds))
+    # the candidate's selection on this data version is exactly the (method, K, seed) cell: reuse it
+    selected = db.anchor_sets_by_role(matrix.benchmark, None, origin="selected", data_version=version)
+    fitted = {}
+    if selected:
+        row = db.anchor_set(selected[-1])
+        fit_seconds = float(json.loads(row["params"] or "{}").get("fit_seconds", 0.0))
+        fitted[(row["method"], row["k"], row["seed"])] = (load_predictor(row["artifact_uri"]).estimator, fit_seconds)
     results = run_protocol(matrix, settings.methods(), ks, seeds, config=settings.protocol(),
-                           device=settings.device, dates=_dates(store, matrix, settings.split_policy),
+                           device=settings.device, dates=_dates(store, matrix, settings.split_policy), fitted=fitted,
                            progress=lambda r: context.log.info("%s %s k=%d seed=%d: MAE %.2f tau %.3f",
                                                                r.benchmark, r.method, r.k, r.seed, r.mae, r.tau))
     frame = results_frame(results)
@@ -202,39 +347,29 @@ def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
         plot = plot_mae_vs_k(summary, Path(tmp) / f"mae_vs_k_{matrix.benchmark}.png")
         run_id = log_comparison(tracking.config(), benchmark=matrix.benchmark, rows=frame.to_dicts(),
                                 plot_path=plot, tags={"dagster.run_id": context.run_id})
-    store.store().save_evaluations(frame.with_columns(pl.lit(run_id).alias("mlflow_run_id")))
+    db.save_evaluations(frame.with_columns(pl.lit(run_id).alias("mlflow_run_id"),
+                                           pl.lit(version).alias("data_version")))
     table = summary.select("method", "k", "seeds", pl.col("mae_mean").round(2), pl.col("mae_sd").round(2),
                            pl.col("tau_mean").round(3), pl.col("seconds_mean").round(2))
-    return dg.Output(frame, metadata={
-        "runs": frame.height, "mlflow_run_id": run_id,
-        "summary": dg.MetadataValue.md(_markdown(table)),
-    })
+    return dg.MaterializeResult(metadata={"runs": frame.height, "mlflow_run_id": run_id, "data_version": version,
+                                          "summary": dg.MetadataValue.md(_markdown(table))})
 
 
-def _markdown(frame: pl.DataFrame) -> str:
-    head = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
-    return head + "\n".join("| " + " | ".join(str(v) for v in row) + " |" for row in frame.iter_rows())
-
-
-@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"duckdb"},
-          description="Score every stored model that has anchor answers but no full score (with intervals).")
-def predictions(context: dg.AssetExecutionContext, predictor: dict[str, Any],
-                store: StoreResource) -> dg.MaterializeResult:
+@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"duckdb"}, owners=OWNERS,
+          tags={"layer": "publish"}, deps=[champion],
+          description="Score every stored model that has anchor answers but no full score (with intervals), "
+                      "with the published champion.")
+def predictions(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     bench = context.partition_key
-    artifact = load_predictor(predictor["folder"])
     db = store.store()
-    answers = db.query(
-        "SELECT r.model, r.benchmark, r.item_id, r.score FROM responses r "
-        "WHERE r.benchmark = ? AND r.item_id IN (SELECT unnest(?::VARCHAR[])) "
-        "AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.model = r.model AND s.benchmark = r.benchmark)",
-        [bench, artifact.anchor_item_ids])
-    rows: list[dict[str, Any]] = []
-    if answers.height:
-        anchor_set = db.query("SELECT anchor_set_id FROM anchor_sets WHERE mlflow_run_id = ? "
-                              "ORDER BY created_at DESC LIMIT 1", [predictor["run_id"]])
-        anchor_set_id = anchor_set.item() if anchor_set.height else None
-        for p in predict(artifact, answers):
-            rows.append({**p.as_dict(), "anchor_set_id": anchor_set_id})
+    current = db.champion(bench)
+    if current is None:
+        return dg.MaterializeResult(metadata={"models_scored": 0, "decision": "no champion published"})
+    artifact = load_predictor(current["artifact_uri"])
+    answers = db.anchor_answers_without_score(bench, artifact.anchor_item_ids)
+    rows = [{**p.as_dict(), "anchor_set_id": current["anchor_set_id"]}
+            for p in (predict(artifact, answers) if answers.height else [])]
+    if rows:
         db.save_predictions(rows)
-    return dg.MaterializeResult(metadata={"models_scored": len(rows),
+    return dg.MaterializeResult(metadata={"models_scored": len(rows), "anchor_set_id": current["anchor_set_id"],
                                           "ood_flagged": sum(bool(r["ood"]) for r in rows)})

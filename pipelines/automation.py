@@ -1,8 +1,15 @@
-"""The refresh job, its daily schedule, and a sensor for new or changed result files.
+"""Jobs, the daily schedule and the two sensors: refresh only what changed.
 
-Both are on by default (``dagster dev`` starts them). The schedule asks for one run per benchmark
-partition; the sensor asks only for the benchmarks that a new or changed source unit contains.
-Unchanged files cost nothing either way: ingest skips a file whose sha256 is already stored.
+* ``ingest`` job (``raw_results``): ingests the source folder once.
+* ``refresh`` job (partitioned by benchmark): matrix -> candidate -> champion -> evaluation, predictions.
+* ``new_results_sensor``: a source unit whose bytes are not in the store yet -> one ``ingest`` run.
+  Its cursor starts from what the store has already ingested (sha256 in ``ingests``), so opening
+  the UI after ``make run`` launches nothing.
+* ``benchmarks_changed_sensor``: after each ``raw_results`` materialization, adds partitions for
+  new benchmarks (dynamic partitions: nothing to configure) and requests ``refresh`` runs for the
+  benchmarks whose data version changed, and only those.
+* ``daily_refresh``: launches the ``ingest`` job; when nothing changed, the sensor requests no
+  refresh (and a refresh of an unchanged benchmark skips its fit and says why).
 """
 
 
@@ -12,33 +19,30 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines.assets import (
-    anchors,
-    benchmark_partitions,
-    evaluation,
-    predictions,
-    predictor,
-    raw_results,
-    response_matrix,
-)
-from pipelines.resources import SourceResource
-from sparseeval.readers.base import InputError
-from sparseeval.readers.detect import iter_sources, read_source
+from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
+from pipelines.partitions import BENCHMARK_PARTITIONS, benchmark_partitions
+from pipelines.resources import SourceResource, StoreResource
+from sparseeval.readers.detect import discover
+from sparseeval.store.pinning import unit_sha256
+
+ingest_job = dg.define_asset_job(
+    "ingest", selection=dg.AssetSelection.assets(raw_results),
+    description="Ingest the source folder into DuckDB (once per refresh, for every benchmark).")
 
 refresh_job = dg.define_asset_job(
     "refresh",
-    selection=dg.AssetSelection.assets(raw_results, response_matrix, anchors, predictor, evaluation, predictions),
+    selection=dg.AssetSelection.assets(response_matrix, candidate, champion, evaluation, predictions),
     partitions_def=benchmark_partitions,
-    description="Ingest new results, rebuild matrices, reselect anchors, republish predictors, re-evaluate.",
+    description="Rebuild one benchmark's matrix, refit (champion kept, challenger re-selected), publish what "
+                "passes the checks, compare methods, score anchor-only models. Unchanged data: skips.",
 )
 
 
-@dg.schedule(job=refresh_job, cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.RUNNING)
+@dg.schedule(job=ingest_job, cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.RUNNING)
 def daily_refresh(context: dg.ScheduleEvaluationContext):
-    """Every day at 03:00: refresh every benchmark (one run per partition)."""
+    """Every day at 03:00: ingest; the sensor below refreshes the benchmarks that changed."""
     stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    for key in benchmark_partitions.get_partition_keys():
-        yield dg.RunRequest(run_key=f"daily-{stamp}-{key}", partition_key=key)
+    return dg.RunRequest(run_key=f"daily-{stamp}")
 
 
 def unit_signature(path: Path) -> str:
@@ -51,39 +55,55 @@ def unit_signature(path: Path) -> str:
     return h.hexdigest()
 
 
-def changed_units(folder: Path, cursor: dict[str, str]) -> tuple[list[Path], dict[str, str]]:
-    """Units whose signature differs from the cursor, and the new cursor."""
+def new_units(folder: Path, cursor: dict[str, str], ingested: set[str]) -> tuple[list[Path], dict[str, str]]:
+    """Units not yet in the store, and the new cursor.
+
+    A unit whose signature is unchanged since the last tick is not looked at again; otherwise its
+    sha256 (the store's own unit hash) is compared with the store's ``ingests``: a unit the store
+    already holds is not new, whatever the cursor said (a first tick after ``make run``).
+    """
     new_cursor: dict[str, str] = {}
-    changed: list[Path] = []
-    for unit in iter_sources(folder) if folder.exists() else []:
+    fresh: list[Path] = []
+    units = discover(folder)[0] if folder.exists() else []
+    for unit in units:
         sig = unit_signature(unit)
         new_cursor[str(unit)] = sig
-        if cursor.get(str(unit)) != sig:
-            changed.append(unit)
-    return changed, new_cursor
+        if cursor.get(str(unit)) == sig:
+            continue
+        if unit_sha256(unit) not in ingested:
+            fresh.append(unit)
+    return fresh, new_cursor
 
 
-@dg.sensor(job=refresh_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
-def new_results_sensor(context: dg.SensorEvaluationContext, source: SourceResource):
-    """A new or changed results unit in the source folder -> refresh the benchmarks it contains."""
+@dg.sensor(job=ingest_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+def new_results_sensor(context: dg.SensorEvaluationContext, source: SourceResource, store: StoreResource):
+    """A source unit the store does not hold yet -> one ``ingest`` run (never one per benchmark)."""
     folder = source.resolve()
     cursor = json.loads(context.cursor) if context.cursor else {}
-    changed, new_cursor = changed_units(folder, cursor)
-    known = set(benchmark_partitions.get_partition_keys())
-    wanted: set[str] = set()
-    for unit in changed:
-        try:
-            benches = set(read_source(unit).responses["benchmark"].unique().to_list())
-        except InputError as exc:
-            # still ingest it everywhere: raw_results records the refusal with its reason
-            context.log.warning("unreadable source %s: %s", unit, exc)
-            benches = known
-        unknown = benches - known
-        if unknown:
-            context.log.warning("%s has benchmarks without a partition (set SPARSEEVAL_BENCHMARKS): %s",
-                                unit, ", ".join(sorted(unknown)))
-        wanted |= benches & known
-    digest = hashlib.sha256(json.dumps(new_cursor, sort_keys=True).encode()).hexdigest()[:16]
-    for key in sorted(wanted):
-        yield dg.RunRequest(run_key=f"files-{digest}-{key}", partition_key=key)
+    ingested = set(store.store().query("SELECT DISTINCT sha256 FROM ingests WHERE status IN ('ok', 'partial')")
+                   .get_column("sha256").to_list())
+    fresh, new_cursor = new_units(folder, cursor, ingested)
     context.update_cursor(json.dumps(new_cursor))
+    if not fresh:
+        return dg.SkipReason(f"no new results in {folder} ({len(new_cursor)} unit(s), all already ingested)")
+    digest = hashlib.sha256("\n".join(sorted(str(u) for u in fresh) + sorted(new_cursor.values())).encode())
+    return dg.RunRequest(run_key=f"files-{digest.hexdigest()[:16]}",
+                         tags={"sparseeval/new_units": ", ".join(u.name for u in fresh)[:200]})
+
+
+@dg.asset_sensor(asset_key=raw_results.key, job=refresh_job, default_status=dg.DefaultSensorStatus.RUNNING)
+def benchmarks_changed_sensor(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry):
+    """After an ingest: add partitions for new benchmarks and refresh the ones whose data changed."""
+    materialization = asset_event.asset_materialization
+    assert materialization is not None
+    metadata = materialization.metadata
+    benchmarks = list(metadata["benchmarks"].value) if "benchmarks" in metadata else []
+    changed = list(metadata["changed_benchmarks"].value) if "changed_benchmarks" in metadata else []
+    known = set(context.instance.get_dynamic_partitions(BENCHMARK_PARTITIONS))
+    new = sorted(set(benchmarks) - known)
+    requests = [dg.RunRequest(run_key=f"{asset_event.run_id}-{b}", partition_key=b) for b in sorted(changed)]
+    if not requests and not new:
+        return dg.SkipReason("the last ingest changed no benchmark: nothing to refresh")
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[benchmark_partitions.build_add_request(new)] if new else [])

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipelines.assets import anchors, evaluation, predictions, predictor, raw_results, response_matrix
-from pipelines.automation import daily_refresh, new_results_sensor, refresh_job
+from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
+from pipelines.automation import benchmarks_changed_sensor, daily_refresh, ingest_job, new_results_sensor, refresh_job
 from pipelines.resources import default_resources
 
 defs = dg.Definitions(
-    assets=[raw_results, response_matrix, anchors, predictor, evaluation, predictions],
-    jobs=[refresh_job],
+    assets=[raw_results, response_matrix, candidate, champion, evaluation, predictions],
+    jobs=[ingest_job, refresh_job],
     schedules=[daily_refresh],
-    sensors=[new_results_sensor],
+    sensors=[new_results_sensor, benchmarks_changed_sensor],
     resources=default_resources(),
-    # one process: torch is imported once, and the DuckDB writer lock is never contended in a run
+    # one process per run: torch is imported once; runs themselves are queued (see dagster.yaml)
     executor=dg.in_process_executor,
 )

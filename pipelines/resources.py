@@ -1,30 +1,33 @@
 """Dagster resources: thin handles on the library's DuckDB store, MLflow tracking and settings.
 
-Defaults come from environment variables (read once when the definitions load), so
-``make run``, ``dagster dev`` and the schedule all use the same data folder:
-
-* ``SPARSEEVAL_DATA_DIR`` (default ``data``): DuckDB file, MLflow store, predictors, embedded source
-* ``SPARSEEVAL_SOURCE``: a results folder in any supported format; empty = the embedded synthetic
-  leaderboard, generated into ``<data dir>/source/synthetic``
-* ``SPARSEEVAL_DB``, ``MLFLOW_TRACKING_URI``: override the DuckDB file / the MLflow store
-* ``SPARSEEVAL_K``, ``SPARSEEVAL_METHOD``, ``SPARSEEVAL_SEED``, ``SPARSEEVAL_DEVICE``: selection settings
+Every default and its environment variable lives in :mod:`sparseeval.settings` (the CLI reads the
+same module). A variable that is set is passed as ``dg.EnvVar`` (the UI shows it as coming from the
+environment, and its value is read when the run starts); an unset one takes the default.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
+from sparseeval import settings as defaults
 from sparseeval.evaluation import ProtocolConfig
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
 from sparseeval.tracking import TrackingConfig
 
 
-def data_dir() -> Path:
-    return Path(os.environ.get("SPARSEEVAL_DATA_DIR", "data"))
+def _env_or(name: str, default: Any) -> Any:
+    """``dg.EnvVar`` for a setting whose variable is set, else its default value."""
+    setting = defaults.SETTINGS[name]
+    import os
+
+    if os.environ.get(setting.env):
+        return dg.EnvVar.int(setting.env) if isinstance(default, int) and not isinstance(default, bool) \
+            else dg.EnvVar(setting.env)
+    return default
 
 
 class StoreResource(dg.ConfigurableResource):
@@ -71,19 +74,23 @@ class SourceResource(dg.ConfigurableResource):
 
 
 class SettingsResource(dg.ConfigurableResource):
-    """Selection and evaluation settings shared by every asset of a run."""
+    """Selection, publishing and comparison settings shared by every asset of a run
+    (defaults: :mod:`sparseeval.settings`)."""
 
-    k: int = 20
-    method: str = "sparseeval-mlp"
+    k: int = defaults.DEFAULT_K
+    method: str = defaults.DEFAULT_METHOD
     seed: int = 0
     val_frac: float = 0.1
     test_frac: float = 0.2
     split_policy: str = "random"
     device: str = "auto"
-    alpha: float = 0.1  #: 1 - interval coverage
-    compare_methods: str = "random,random-linear,anchor-points,gp-irt,sparseeval-linear,sparseeval-mlp"
-    compare_ks: str = "10,20"
-    compare_seeds: int = 3
+    alpha: float = defaults.DEFAULT_ALPHA  #: 1 - interval coverage
+    compare_methods: str = defaults.SETTINGS["compare_methods"].default
+    compare_ks: str = defaults.SETTINGS["compare_ks"].default
+    compare_seeds: int = int(defaults.SETTINGS["compare_seeds"].default)
+    challenger_margin: float = float(defaults.SETTINGS["challenger_margin"].default)
+    challenger_min_days: float = float(defaults.SETTINGS["challenger_min_days"].default)
+    coverage_tolerance: float = float(defaults.SETTINGS["coverage_tolerance"].default)
     predictor_dir: str = "data/predictors"
 
     def protocol(self) -> ProtocolConfig:
@@ -97,21 +104,31 @@ class SettingsResource(dg.ConfigurableResource):
         return [int(k) for k in self.compare_ks.split(",") if k.strip()]
 
 
-def default_resources() -> dict[str, dg.ConfigurableResource]:
-    """Resources configured from the environment (see module docstring)."""
-    root = data_dir()
-    env = os.environ
+def default_resources() -> dict[str, Any]:
+    """Resources configured from :mod:`sparseeval.settings` (environment variables or defaults)."""
+    from pipelines.io_managers import MatrixIOManager
+
+    root = defaults.data_dir()
     return {
-        "store": StoreResource(path=env.get("SPARSEEVAL_DB", str(root / "sparseeval.duckdb"))),
-        "tracking": TrackingResource(data_dir=str(root), tracking_uri=env.get("MLFLOW_TRACKING_URI") or None),
-        "source": SourceResource(path=env.get("SPARSEEVAL_SOURCE", ""), data_dir=str(root)),
+        "store": StoreResource(path=_env_or("db", str(defaults.db_path()))),
+        "tracking": TrackingResource(data_dir=str(root),
+                                     tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI") if _mlflow_uri_set() else None),
+        "source": SourceResource(path=_env_or("source", ""), data_dir=str(root)),
         "settings": SettingsResource(
-            k=int(env.get("SPARSEEVAL_K", "20")),
-            method=env.get("SPARSEEVAL_METHOD", "sparseeval-mlp"),
-            seed=int(env.get("SPARSEEVAL_SEED", "0")),
-            device=env.get("SPARSEEVAL_DEVICE", "auto"),
-            compare_seeds=int(env.get("SPARSEEVAL_COMPARE_SEEDS", "3")),
-            compare_ks=env.get("SPARSEEVAL_COMPARE_KS", "10,20"),
-            predictor_dir=str(root / "predictors"),
+            k=_env_or("k", defaults.DEFAULT_K),
+            method=_env_or("method", defaults.DEFAULT_METHOD),
+            seed=_env_or("seed", 0),
+            device=_env_or("device", "auto"),
+            compare_methods=_env_or("compare_methods", defaults.SETTINGS["compare_methods"].default),
+            compare_seeds=_env_or("compare_seeds", int(defaults.SETTINGS["compare_seeds"].default)),
+            compare_ks=_env_or("compare_ks", defaults.SETTINGS["compare_ks"].default),
+            predictor_dir=_env_or("predictors", str(defaults.predictor_dir())),
         ),
+        "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }
+
+
+def _mlflow_uri_set() -> bool:
+    import os
+
+    return bool(os.environ.get("MLFLOW_TRACKING_URI"))

@@ -1,8 +1,9 @@
-"""Run the refresh job for every benchmark partition in-process, then print a short summary.
+"""Ingest once, add the benchmarks as partitions, refresh each in-process, print a short summary.
 
-This is ``make run``: the same job the schedule launches, executed against the persistent
-Dagster instance (``DAGSTER_HOME``), so every run, materialization and asset check is visible
-in the Dagster UI afterwards.
+This is ``make run``: the same jobs the schedule and sensors launch, executed against the
+persistent Dagster instance (``DAGSTER_HOME``), so every run, materialization and asset check is
+visible in the Dagster UI afterwards. Run again on unchanged data, every benchmark skips its fit
+and says why, and nothing is republished.
 """
 
 import argparse
@@ -10,29 +11,36 @@ import logging
 import os
 import sys
 import time
-from pathlib import Path
 
 import dagster as dg
 
-from pipelines.assets import benchmark_partitions
 from pipelines.definitions import defs
+from pipelines.partitions import add_benchmarks
+from sparseeval import settings
 
 #: step-level DEBUG events stay in the Dagster UI; the terminal gets INFO (progress and results)
 INFO_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+
+
+def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        if mat.asset_key.to_user_string() == asset:
+            return {k: v.value for k, v in mat.metadata.items()}
+    return {}
 
 
 def _summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float) -> str:
     if not result.success:
         failed = [e.step_key for e in result.all_events if e.is_step_failure]
         return f"  {bench:<12} FAILED in {', '.join(failed) or 'run'} ({seconds:.0f} s)"
-    matrix = result.output_for_node("response_matrix")
-    anchors = result.output_for_node("anchors")
-    published = result.output_for_node("predictor")
-    n_models, n_items = matrix.shape
-    shown = ", ".join(anchors["items"][:6]) + (", ..." if len(anchors["items"]) > 6 else "")
-    return (f"  {bench:<12} models {n_models:>5}  items {n_items:>5}  K {len(anchors['items']):>3}  "
-            f"test MAE {published['mae']:5.2f} pts  tau {published['tau']:.3f}  {seconds:5.1f} s\n"
-            f"  {'':<12} anchors: {shown}")
+    matrix, fit, published = (_metadata(result, a) for a in ("response_matrix", "candidate", "champion"))
+    line = f"  {bench:<12} models {matrix.get('models', 0):>5}  items {matrix.get('items', 0):>5}  "
+    if fit.get("proposed") is None:
+        return line + f"{seconds:5.1f} s\n  {'':<12} {fit.get('decision', '')}"
+    return (line + f"K {fit['k']:>3}  test MAE {fit['test_mae_points']:5.2f} pts (random-linear "
+            f"{fit['random_linear_mae_points']:.2f})  {seconds:5.1f} s\n"
+            f"  {'':<12} {published.get('decision') or fit.get('decision', '')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,13 +48,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--benchmarks", help="comma-separated subset of the partitions (default: all)")
     args = ap.parse_args(argv)
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    keys = benchmark_partitions.get_partition_keys()
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    t_all = time.perf_counter()
+    ingest = defs.resolve_job_def("ingest").execute_in_process(instance=instance, raise_on_error=False,
+                                                               run_config=INFO_LOGS)
+    ingested = _metadata(ingest, "raw_results")
+    if not ingest.success:
+        print("=== sparseeval: ingest FAILED ===")
+        return 1
+    keys = list(ingested.get("benchmarks", []))
+    add_benchmarks(instance, keys)
     if args.benchmarks:
         keys = [k for k in args.benchmarks.split(",") if k in keys]
+    print(f"ingest: {ingested.get('files_stored', 0)} stored, {ingested.get('files_skipped', 0)} skipped, "
+          f"{ingested.get('files_refused', 0)} refused; benchmarks changed: "
+          f"{', '.join(ingested.get('changed_benchmarks', [])) or 'none'}")
     job = defs.resolve_job_def("refresh")
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
-    lines, ok = [], True
-    t_all = time.perf_counter()
+    lines, ok = [], ingested.get("files_refused", 0) == 0
     for key in keys:
         t0 = time.perf_counter()
         result = job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False,
@@ -54,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         ok &= result.success
         lines.append(_summary_line(key, result, time.perf_counter() - t0))
     resources = defs.resources or {}
-    db = Path(resources["store"].path).resolve()
+    db = settings.db_path().resolve()
     tracking = resources["tracking"].config()
     print("\n=== sparseeval: refresh finished " + ("" if ok else "WITH FAILURES ") +
           f"in {time.perf_counter() - t_all:.0f} s ===")
@@ -62,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n  DuckDB store : {db}  (analysts: read {db.with_suffix('.snapshot.duckdb').name} read-only;"
           f" views in sql/views.sql)")
     print(f"  MLflow store : {tracking.resolved_tracking_uri}  artifacts: {tracking.resolved_artifact_location}")
-    print(f"  Predictors   : {Path(resources['settings'].predictor_dir).resolve()}")
+    print(f"  Predictors   : {settings.predictor_dir().resolve()}")
     print("\n  Dagster UI   : make ui        (dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000)")
     print(f"  MLflow UI    : make mlflow-ui (mlflow ui --backend-store-uri {tracking.resolved_tracking_uri}"
           " -h 127.0.0.1 -p 5000)")

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 #: command modules, in the order ``--help`` lists them
-COMMAND_MODULES = ("ingest", "evaluate", "fit", "export", "predict", "compare")
+COMMAND_MODULES = ("ingest", "evaluate", "fit", "export", "predict", "compare", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:

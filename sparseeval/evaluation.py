@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,6 +19,16 @@ import polars as pl
 
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods import AnchorEstimator, make_estimator
+from sparseeval.methods.joint import (
+    JOINT_METHOD,
+    JOINT_SEP,
+    MEAN,
+    JointData,
+    JointSparseEval,
+    common_models,
+    joint_data,
+    restrict_models,
+)
 from sparseeval.metrics import score_metrics
 from sparseeval.splits import Split, SplitPolicy, make_split
 
@@ -93,10 +103,15 @@ def score_on_split(matrix: ResponseMatrix, split: Split, est: AnchorEstimator) -
 
 def evaluate_method(matrix: ResponseMatrix, split: Split, method: str, k: int, seed: int, *,
                     config: ProtocolConfig, device: str = "auto",
-                    params: dict[str, Any] | None = None) -> tuple[EvalResult, AnchorEstimator]:
-    """Fit, predict and score one method on one split; returns the result and the fitted estimator."""
-    t0 = time.perf_counter()
-    est = fit_on_split(matrix, split, method, k, seed, device=device, params=params)
+                    params: dict[str, Any] | None = None,
+                    fitted: tuple[AnchorEstimator, float] | None = None) -> tuple[EvalResult, AnchorEstimator]:
+    """Fit, predict and score one method on one split; returns the result and the fitted estimator.
+
+    ``fitted``: (estimator, seconds its fit took) already fitted with exactly this (method, k, seed)
+    on this split (the pipeline's published fit), scored instead of fitting the costliest cell twice."""
+    t0 = time.perf_counter() - (fitted[1] if fitted is not None else 0.0)
+    est = fitted[0] if fitted is not None else fit_on_split(matrix, split, method, k, seed, device=device,
+                                                            params=params)
     pred = score_on_split(matrix, split, est)
     seconds = time.perf_counter() - t0
     m = score_metrics(pred, matrix.scores[split.test])
@@ -118,10 +133,13 @@ def evaluate_method(matrix: ResponseMatrix, split: Split, method: str, k: int, s
 def run_protocol(matrix: ResponseMatrix, methods: Iterable[str], ks: Iterable[int], seeds: Iterable[int], *,
                  config: ProtocolConfig | None = None, device: str = "auto",
                  dates: Sequence[Any] | None = None, method_params: dict[str, dict[str, Any]] | None = None,
-                 progress: Callable[[EvalResult], None] | None = None) -> list[EvalResult]:
+                 progress: Callable[[EvalResult], None] | None = None,
+                 fitted: Mapping[tuple[str, int, int], tuple[AnchorEstimator, float]] | None = None
+                 ) -> list[EvalResult]:
     """Evaluate every method x K x seed on ``matrix``; one split per seed shared by all methods.
 
     A K larger than the item pool is skipped with a warning rather than failing the whole run.
+    ``fitted`` maps (method, k, seed) to (estimator, fit seconds) already fitted on that seed's split.
     """
     config = config or ProtocolConfig()
     methods, ks, seeds = list(methods), list(ks), list(seeds)
@@ -136,7 +154,8 @@ def run_protocol(matrix: ResponseMatrix, methods: Iterable[str], ks: Iterable[in
                 continue
             for method in methods:
                 result, _ = evaluate_method(matrix, split, method, k, seed, config=config, device=device,
-                                            params=(method_params or {}).get(method))
+                                            params=(method_params or {}).get(method),
+                                            fitted=(fitted or {}).get((method, k, seed)))
                 results.append(result)
                 if progress is not None:
                     progress(result)
@@ -163,3 +182,95 @@ def summarize(results: Iterable[EvalResult] | pl.DataFrame) -> pl.DataFrame:
              *[pl.col(m).std().alias(f"{m}_sd") for m in metrics])
         .sort("benchmark", "k", "mae_mean")
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# Several benchmarks at once: sparseeval-joint next to per-benchmark methods, on the same splits
+# ------------------------------------------------------------------------------------------------
+def evaluate_joint(data: JointData, split: Split, k: int, seed: int, *, config: ProtocolConfig,
+                   device: str = "auto", params: dict[str, Any] | None = None
+                   ) -> tuple[list[EvalResult], JointSparseEval]:
+    """Fit ``sparseeval-joint`` with ``k`` items *per benchmark* (``k x benchmarks`` in all) on the
+    split's training models (validation for early stopping) and score every benchmark and the mean
+    on its test models. One result per benchmark plus one for ``mean``."""
+    t0 = time.perf_counter()
+    n_b = len(data.benchmarks)
+    est = make_estimator(JOINT_METHOD, k * n_b, random_state=seed, device=device, groups=data.groups,
+                         benchmarks=data.benchmarks, **(params or {}))
+    assert isinstance(est, JointSparseEval)
+    has_val = len(split.val) > 0
+    est.fit(data.Y[split.train], data.S[split.train], data.Y[split.val] if has_val else None,
+            data.S[split.val] if has_val else None)
+    assert est.anchors_ is not None
+    pred = est.predict_mean(data.Y[split.test][:, est.anchors_])
+    seconds = time.perf_counter() - t0
+    truth = np.concatenate([data.S[split.test], data.S[split.test].mean(axis=1, keepdims=True)], axis=1)
+    details = {"timings": est.timings_, "selection": est.selection_, "total_items": est.k}
+    results = []
+    for b, name in enumerate([*data.benchmarks, MEAN]):
+        m = score_metrics(pred[:, b], truth[:, b])
+        cols = est.anchors_ if name == MEAN else est.anchors_[est.anchor_groups_ == b]
+        results.append(EvalResult(
+            benchmark=name, method=JOINT_METHOD, k=k, seed=seed, split_policy=config.split_policy, mae=m.mae,
+            tau=m.tau, rho=m.rho, max_error=m.max_error, seconds=seconds, n_train=len(split.train),
+            n_val=len(split.val), n_test=len(split.test), anchors=[data.columns[c] for c in cols],
+            details=details))
+    return results, est
+
+
+def run_joint_protocol(matrices: Sequence[ResponseMatrix], methods: Iterable[str], ks: Iterable[int],
+                       seeds: Iterable[int], *, config: ProtocolConfig | None = None, device: str = "auto",
+                       dates: Sequence[Any] | None = None,
+                       method_params: dict[str, dict[str, Any]] | None = None,
+                       progress: Callable[[EvalResult], None] | None = None) -> list[EvalResult]:
+    """Evaluate ``sparseeval-joint`` and per-benchmark methods side by side.
+
+    Only models that have every benchmark take part, and every method sees the same split of them
+    per seed: per-benchmark methods are fitted benchmark by benchmark with ``k`` anchors each, the
+    joint method once with ``k x benchmarks`` items in all, so both spend the same total. Each method
+    also gets a ``mean`` row: the mean of its per-benchmark predictions against the mean score.
+    ``dates``: aligned with :func:`~sparseeval.methods.joint.common_models` (for a date split).
+    """
+    config = config or ProtocolConfig()
+    methods, ks, seeds = list(methods), list(ks), list(seeds)
+    models = common_models(matrices)
+    parts = [restrict_models(m, models) for m in matrices]
+    data = joint_data(parts)
+    results: list[EvalResult] = []
+
+    def emit(rs: list[EvalResult]) -> None:
+        results.extend(rs)
+        if progress is not None:
+            for r in rs:
+                progress(r)
+
+    for seed in seeds:
+        split = make_split(models, policy=config.split_policy, val_frac=config.val_frac,
+                           test_frac=config.test_frac, seed=seed, dates=dates)
+        for k in ks:
+            for method in methods:
+                params = (method_params or {}).get(method)
+                if method == JOINT_METHOD:
+                    if k * len(parts) > data.Y.shape[1]:
+                        log.warning("joint: skipping K=%d, the benchmarks have %d items in all", k, data.Y.shape[1])
+                        continue
+                    emit(evaluate_joint(data, split, k, seed, config=config, device=device, params=params)[0])
+                    continue
+                if any(k > len(p.items) for p in parts):
+                    log.warning("%s: skipping K=%d, a benchmark has fewer items", method, k)
+                    continue
+                rows, preds, seconds = [], [], 0.0
+                for part in parts:
+                    result, est = evaluate_method(part, split, method, k, seed, config=config, device=device,
+                                                  params=params)
+                    rows.append(result)
+                    preds.append(score_on_split(part, split, est))
+                    seconds += result.seconds
+                m = score_metrics(np.mean(preds, axis=0), data.S[split.test].mean(axis=1))
+                rows.append(EvalResult(
+                    benchmark=MEAN, method=method, k=k, seed=seed, split_policy=config.split_policy, mae=m.mae,
+                    tau=m.tau, rho=m.rho, max_error=m.max_error, seconds=seconds, n_train=len(split.train),
+                    n_val=len(split.val), n_test=len(split.test),
+                    anchors=[f"{r.benchmark}{JOINT_SEP}{a}" for r in rows for a in r.anchors]))
+                emit(rows)
+    return results

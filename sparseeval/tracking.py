@@ -21,6 +21,7 @@ Design choices, and why:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -85,11 +86,30 @@ class TrackingConfig:
         return None
 
     def client(self) -> MlflowClient:
-        """A client bound to this config's tracking and registry URI (creates the local folder)."""
-        if self.tracking_uri is None:
-            Path(self.data_dir).mkdir(parents=True, exist_ok=True)
+        """A client bound to this config's tracking and registry URI (creates the local folder).
+
+        The first use of a local sqlite store creates its schema with migrations, and two processes
+        doing that at once (two benchmark partitions starting together) break each other's
+        migration; so the first touch of a local store in each process holds a file lock.
+        """
         uri = self.resolved_tracking_uri
-        return MlflowClient(tracking_uri=uri, registry_uri=uri)
+        if self.tracking_uri is not None or uri in _INITIALISED:
+            return MlflowClient(tracking_uri=uri, registry_uri=uri)
+        folder = Path(self.data_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / ".mlflow-init.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                client = MlflowClient(tracking_uri=uri, registry_uri=uri)  # creates / migrates the store
+                client.search_registered_models(max_results=1)  # the registry is a second store
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+            _INITIALISED.add(uri)
+        return client
+
+
+#: local store URIs this process has already initialised (under the lock)
+_INITIALISED: set[str] = set()
 
 
 def ensure_experiment(cfg: TrackingConfig, client: MlflowClient | None = None) -> str:

@@ -121,7 +121,18 @@ CREATE TABLE IF NOT EXISTS anchor_sets (
     params         VARCHAR,              -- JSON text of the estimator's parameters
     content_hash   VARCHAR,              -- sha256 of (benchmark, method, k, seed, items, weights)
     mlflow_run_id  VARCHAR,
-    artifact_uri   VARCHAR
+    artifact_uri   VARCHAR,              -- the predictor version folder fitted on these anchors
+    -- lifecycle: 'candidate' (fitted, not published), 'champion' (the published one; one per
+    -- benchmark), 'challenger' (re-selected, published for comparison, not used by default),
+    -- 'retired' (an earlier champion or challenger), 'rejected' (failed a publishing check)
+    role           VARCHAR DEFAULT 'candidate',
+    origin         VARCHAR,              -- 'selected' (new anchors) or 'refit' (champion's anchors, refit)
+    data_version   VARCHAR,              -- the benchmark's data version it was fitted on
+    test_mae       DOUBLE,               -- points, on the held-out models of its split
+    baseline_mae   DOUBLE,               -- random-linear on the same split (the publishing bar)
+    coverage       DOUBLE,               -- interval coverage on the held-out models
+    registry_version VARCHAR,            -- MLflow registered model version
+    published_at   TIMESTAMP
 );
 
 CREATE TABLE IF NOT EXISTS anchors (
@@ -149,7 +160,8 @@ CREATE TABLE IF NOT EXISTS evaluations (
     n_val         INTEGER,
     n_test        INTEGER,
     created_at    TIMESTAMP DEFAULT current_timestamp,
-    mlflow_run_id VARCHAR
+    mlflow_run_id VARCHAR,
+    data_version  VARCHAR               -- the benchmark's data version the comparison ran on
 );
 
 CREATE TABLE IF NOT EXISTS predictions (

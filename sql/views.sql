@@ -18,15 +18,20 @@ SELECT coalesce(r.benchmark, s.benchmark) AS benchmark,
 FROM r FULL OUTER JOIN s ON r.benchmark = s.benchmark
 ORDER BY benchmark;
 
+-- The anchors users run: the published champion of each benchmark, in predictor input order.
 CREATE OR REPLACE VIEW latest_anchors AS
-WITH newest AS (
-    SELECT * FROM anchor_sets
-    QUALIFY row_number() OVER (PARTITION BY benchmark ORDER BY created_at DESC, anchor_set_id DESC) = 1
-)
-SELECT n.benchmark, n.anchor_set_id, n.method, n.k, n.seed, n.created_at,
+SELECT n.benchmark, n.anchor_set_id, n.method, n.k, n.seed, n.created_at, n.published_at,
        a.position, a.item_id, a.weight
-FROM newest n JOIN anchors a ON a.anchor_set_id = n.anchor_set_id
+FROM anchor_sets n JOIN anchors a ON a.anchor_set_id = n.anchor_set_id
+WHERE n.role = 'champion'
 ORDER BY n.benchmark, a.position;
+
+-- Every anchor set with its lifecycle and scores: champion / challenger history per benchmark.
+CREATE OR REPLACE VIEW anchor_set_history AS
+SELECT benchmark, anchor_set_id, role, origin, method, k, seed, data_version, n_train_models,
+       test_mae, baseline_mae, coverage, registry_version, created_at, published_at
+FROM anchor_sets
+ORDER BY benchmark, created_at, anchor_set_id;
 
 CREATE OR REPLACE VIEW evaluation_summary AS
 SELECT benchmark, method, k,

@@ -1,8 +1,16 @@
-"""End to end: real Dagster materializations into a temporary DuckDB file and MLflow store."""
+"""End to end: real Dagster materializations into a temporary DuckDB file and MLflow store.
 
-from __future__ import annotations
+Covers the refresh contract: ingest once per refresh; partitions discovered from the data;
+nothing recomputed or republished on unchanged data; champion anchors kept when new models arrive
+(predictor refit, calibration recomputed); a challenger replaces the champion only when clearly
+better; a failing publishing check leaves the champion in place; sensors request only what changed.
+"""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -11,171 +19,338 @@ import polars as pl
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipelines.assets import anchors, evaluation, predictions, predictor, raw_results, response_matrix
-from pipelines.automation import changed_units, daily_refresh, new_results_sensor
+from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
+from pipelines.automation import benchmarks_changed_sensor, daily_refresh, new_results_sensor
 from pipelines.definitions import defs
+from pipelines.io_managers import MatrixIOManager, load_matrix
+from pipelines.partitions import BENCHMARK_PARTITIONS, add_benchmarks
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
 
-ASSETS = [raw_results, response_matrix, anchors, predictor, evaluation, predictions]
+PARTITIONED = [response_matrix, candidate, champion, evaluation, predictions]
 K = 8
+
+pytestmark = pytest.mark.slow
+
+
+def _resources(root: Path, source: Path, **settings: object) -> dict:
+    return {
+        "store": StoreResource(path=str(root / "sparseeval.duckdb")),
+        "tracking": TrackingResource(data_dir=str(root)),
+        "source": SourceResource(path=str(source)),
+        "settings": SettingsResource(**{"k": K, "method": "sparseeval-linear", "compare_methods":
+                                        "random-linear,sparseeval-linear", "compare_ks": "5,8", "compare_seeds": 1,
+                                        "predictor_dir": str(root / "predictors"), **settings}),
+        "io_manager": MatrixIOManager(base_dir=str(root / "io")),
+    }
+
+
+def _refresh(resources: dict, instance: dg.DagsterInstance, keys: list[str] | None = None) -> dict:
+    """What ``make run`` does: one ingest, partitions added, one refresh run per benchmark."""
+    ingest = dg.materialize([raw_results], resources=resources, instance=instance)
+    assert ingest.success
+    meta = _meta(ingest, "raw_results")
+    add_benchmarks(instance, meta["benchmarks"])
+    runs = {key: dg.materialize(PARTITIONED, partition_key=key, resources=resources, instance=instance,
+                                selection=PARTITIONED, raise_on_error=False)
+            for key in (keys or meta["benchmarks"])}
+    return {"ingest": ingest, "runs": runs, "meta": meta}
+
+
+def _meta(result: dg.ExecuteInProcessResult, asset: str) -> dict:
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        if mat.asset_key.to_user_string() == asset:
+            return {k: v.value for k, v in mat.metadata.items()}
+    raise AssertionError(f"no materialization of {asset}")
+
+
+def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
+    return {e.event_specific_data.check_name: e.event_specific_data.passed for e in result.all_events
+            if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+
+
+def _count(db: Path, sql: str) -> int:
+    with duckdb.connect(str(db.with_name("sparseeval.snapshot.duckdb")), read_only=True) as con:
+        return con.execute(sql).fetchone()[0]
 
 
 @pytest.fixture(scope="module")
-def materialized(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("pipeline")
     source = root / "source"
     lb = generate_leaderboard(n_families=12, models_per_family=8, benchmarks={"arc": 60, "gsm8k": 50}, seed=2)
     write_leaderboard(lb, source / "leaderboard")  # the source folder holds units; users drop more beside it
-    resources = {
-        "store": StoreResource(path=str(root / "sparseeval.duckdb")),
-        "tracking": TrackingResource(data_dir=str(root)),
-        "source": SourceResource(path=str(source)),
-        "settings": SettingsResource(k=K, compare_methods="random-linear,sparseeval-linear", compare_ks="5,8",
-                                     compare_seeds=2, predictor_dir=str(root / "predictors")),
-    }
+    resources = _resources(root, source)
     instance = dg.DagsterInstance.ephemeral()
-    results = {key: dg.materialize(ASSETS, partition_key=key, resources=resources, instance=instance)
-               for key in ("arc", "gsm8k")}
-    return {"root": root, "source": source, "lb": lb, "results": results, "resources": resources,
-            "instance": instance}
+    first = _refresh(resources, instance)
+    return {"root": root, "source": source, "lb": lb, "resources": resources, "instance": instance,
+            "first": first, "db": root / "sparseeval.duckdb"}
 
 
-def _count(db: Path, sql: str) -> int:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchone()[0]
-
-
-def test_every_asset_materialized_and_checks_pass(materialized: dict) -> None:
-    for result in materialized["results"].values():
+def test_first_refresh_publishes_a_champion_per_benchmark(pipeline: dict) -> None:
+    first = pipeline["first"]
+    assert sorted(first["meta"]["benchmarks"]) == ["arc", "gsm8k"]  # discovered, not configured
+    assert sorted(pipeline["instance"].get_dynamic_partitions(BENCHMARK_PARTITIONS)) == ["arc", "gsm8k"]
+    for result in first["runs"].values():
         assert result.success
-        keys = {m.asset_key.to_user_string() for m in result.get_asset_materialization_events()
-                for m in [m.event_specific_data.materialization]}
-        assert keys == {"raw_results", "response_matrix", "anchors", "predictor", "evaluation", "predictions"}
-        checks = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-        assert {c.check_name for c in checks} == {"every_file_accepted", "matrix_not_empty",
-                                                  "scores_within_unit_interval", "anchors_unique_and_k",
-                                                  "test_mae_finite"}
-        assert all(c.passed for c in checks)
-
-
-def test_duckdb_tables_hold_the_run(materialized: dict) -> None:
-    db = materialized["root"] / "sparseeval.duckdb"
-    lb = materialized["lb"]
-    assert _count(db, "SELECT count(*) FROM responses") == lb.responses.height
-    assert _count(db, "SELECT count(*) FROM scores") == lb.scores.height
-    assert _count(db, "SELECT count(*) FROM ingests WHERE status = 'ok'") == 1  # second partition skipped it
-    for bench in ("arc", "gsm8k"):
-        assert _count(db, f"SELECT count(*) FROM anchors a JOIN anchor_sets s USING (anchor_set_id) "
-                          f"WHERE s.benchmark = '{bench}' AND s.mlflow_run_id IS NOT NULL") == K
-        # 2 methods x 2 K x 2 seeds
-        assert _count(db, f"SELECT count(*) FROM evaluations WHERE benchmark = '{bench}'") == 8
+        assert _checks(result) == {"matrix_not_empty": True, "scores_within_unit_interval": True,
+                                   "beats_random_linear": True, "coverage_near_nominal": True, "anchors_valid": True}
+        assert "published anchor set" in _meta(result, "champion")["decision"]
+    db = pipeline["db"]
+    assert _count(db, "SELECT count(*) FROM ingests WHERE status = 'ok'") == 1  # ingested once, not per partition
+    assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'champion'") == 2
+    assert _count(db, "SELECT count(*) FROM anchor_sets") == 2  # each anchor set written once
     assert _count(db, "SELECT count(*) FROM latest_anchors") == 2 * K
-    assert _count(db, "SELECT count(*) FROM evaluation_summary") == 2 * 2 * 2
+    assert _count(db, "SELECT count(*) FROM latest_anchors WHERE benchmark = 'arc'") == K
+    assert _count(db, "SELECT count(*) FROM evaluations WHERE benchmark = 'arc'") == 2 * 2  # 2 methods x 2 K
 
 
-def test_mlflow_has_runs_with_metrics_and_a_registered_model(materialized: dict) -> None:
-    cfg = materialized["resources"]["tracking"].config()
+def test_matrix_between_steps_is_npz_not_pickle(pipeline: dict) -> None:
+    path = pipeline["root"] / "io" / "response_matrix" / "arc.npz"
+    matrix = load_matrix(path)  # allow_pickle=False inside
+    assert matrix.benchmark == "arc" and matrix.shape[1] > 0
+    assert not list((pipeline["root"]).rglob("storage/*"))  # Dagster's pickling IO manager stored nothing
+
+
+def test_mlflow_registry_and_published_folder(pipeline: dict) -> None:
+    cfg = pipeline["resources"]["tracking"].config()
     client = MlflowClient(cfg.resolved_tracking_uri)
-    exp = client.get_experiment_by_name("sparseeval")
-    runs = client.search_runs([exp.experiment_id], "tags.`sparseeval.kind` = 'evaluation'")
-    assert {r.data.tags["benchmark"] for r in runs} == {"arc", "gsm8k"}
-    for run in runs:
-        assert {"mae", "tau", "seconds"} <= set(run.data.metrics)
-        assert run.data.params["k"] == str(K)
-        names = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"anchors.json", "predictor"} <= names
     version = client.get_model_version_by_alias("sparseeval-arc", "champion")
-    assert version.run_id in {r.info.run_id for r in runs}
+    run = client.get_run(version.run_id)
+    assert run.data.tags["role"] == "champion" and "test_mae" in run.data.metrics
+    folder = pipeline["root"] / "predictors" / "arc"
+    meta = json.loads((folder / "predictor.json").read_text())
+    assert meta["k"] == K and (folder / "versions").is_dir()
     assert not (Path.cwd() / "mlruns").exists()
 
 
-def test_published_predictor_scores_a_new_model(materialized: dict) -> None:
-    from sparseeval.scoring import predict
-
-    folder = materialized["root"] / "predictors" / "arc"
-    meta = json.loads((folder / "predictor.json").read_text())
-    assert meta["k"] == K and meta["content_hash"].startswith("sha256:")
-    answers = materialized["lb"].responses.filter(
-        (materialized["lb"].responses["benchmark"] == "arc")
-        & (materialized["lb"].responses["model"] == materialized["lb"].responses["model"][0]))
-    preds = predict(folder, answers.rename({"correct": "score"}).with_columns(pl.col("score").cast(pl.Float64)))
-    assert len(preds) == 1 and preds[0].lower <= preds[0].predicted <= preds[0].upper
-
-
-def test_rematerializing_is_idempotent_for_stored_rows(materialized: dict) -> None:
-    db = materialized["root"] / "sparseeval.duckdb"
-    before = _count(db, "SELECT count(*) FROM responses")
-    result = dg.materialize([raw_results], partition_key="arc", resources=materialized["resources"],
-                            instance=materialized["instance"])
-    assert result.success
-    assert _count(db, "SELECT count(*) FROM responses") == before
-    meta = result.get_asset_materialization_events()[0].event_specific_data.materialization.metadata
-    assert meta["files_skipped"].value == 1 and meta["files_stored"].value == 0
+def test_unchanged_refresh_recomputes_and_publishes_nothing(pipeline: dict) -> None:
+    db = pipeline["db"]
+    client = MlflowClient(pipeline["resources"]["tracking"].config().resolved_tracking_uri)
+    before = (_count(db, "SELECT count(*) FROM anchor_sets"), _count(db, "SELECT count(*) FROM evaluations"),
+              len(client.search_model_versions("name = 'sparseeval-arc'")))
+    again = _refresh(pipeline["resources"], pipeline["instance"])
+    assert again["meta"]["changed_benchmarks"] == []
+    for result in again["runs"].values():
+        assert result.success
+        assert _meta(result, "candidate")["decision"].startswith("skipped: data version")
+        assert _meta(result, "champion")["decision"].startswith("unchanged: champion")
+        assert _meta(result, "evaluation")["decision"].startswith("skipped")
+    after = (_count(db, "SELECT count(*) FROM anchor_sets"), _count(db, "SELECT count(*) FROM evaluations"),
+             len(client.search_model_versions("name = 'sparseeval-arc'")))
+    assert after == before
 
 
-def test_refused_files_fail_the_check_and_are_named(materialized: dict, tmp_path: Path) -> None:
+def test_sensors_request_only_what_changed(pipeline: dict, tmp_path: Path) -> None:
+    resources = {"source": pipeline["resources"]["source"], "store": pipeline["resources"]["store"]}
+    ctx = dg.build_sensor_context(resources=resources, instance=pipeline["instance"])
+    first_tick = new_results_sensor(ctx)
+    assert isinstance(first_tick, dg.SkipReason)  # the store already holds every unit: no run after make run
+    cursor = ctx.cursor
+    extra = generate_leaderboard(n_families=2, models_per_family=3, benchmarks={"arc": 60, "mmlu": 30}, seed=9)
+    write_leaderboard(_renamed(extra, "-new"), tmp_path / "new")
+    shutil.copytree(tmp_path / "new", pipeline["source"] / "new_models")
+    try:
+        ctx2 = dg.build_sensor_context(cursor=cursor, resources=resources, instance=pipeline["instance"])
+        request = new_results_sensor(ctx2)
+        assert isinstance(request, dg.RunRequest) and request.partition_key is None  # one ingest, not per benchmark
+    finally:
+        shutil.rmtree(pipeline["source"] / "new_models")
+
+
+def test_benchmarks_changed_sensor_adds_partitions_and_requests_changed(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    write_leaderboard(generate_leaderboard(n_families=3, models_per_family=3, benchmarks={"arc": 20, "gsm8k": 20},
+                                           seed=3), source / "first")
+    resources = _resources(tmp_path, source)
+    with dg.instance_for_test() as instance:
+        _sensor_flow(instance, resources, source)
+
+
+def _sensor_flow(instance: dg.DagsterInstance, resources: dict, source: Path) -> None:
+    assert dg.materialize([raw_results], resources=resources, instance=instance).success
+    tick = _tick(instance, None)
+    assert sorted(r.partition_key for r in tick.run_requests) == ["arc", "gsm8k"]
+    assert [list(r.partition_keys) for r in tick.dynamic_partitions_requests] == [["arc", "gsm8k"]]
+    instance.add_dynamic_partitions(BENCHMARK_PARTITIONS, ["arc", "gsm8k"])
+    # new models on arc and a new benchmark: exactly those two are refreshed, mmlu gets a partition
+    extra = generate_leaderboard(n_families=2, models_per_family=3, benchmarks={"arc": 20, "mmlu": 15}, seed=9)
+    write_leaderboard(_renamed(extra, "-new"), source / "second")
+    assert dg.materialize([raw_results], resources=resources, instance=instance).success
+    tick2 = _tick(instance, tick.cursor)
+    assert sorted(r.partition_key for r in tick2.run_requests) == ["arc", "mmlu"]
+    assert [list(r.partition_keys) for r in tick2.dynamic_partitions_requests] == [["mmlu"]]
+    instance.add_dynamic_partitions(BENCHMARK_PARTITIONS, ["mmlu"])  # what the daemon does with the request
+    # an ingest that changed nothing requests nothing
+    assert dg.materialize([raw_results], resources=resources, instance=instance).success
+    tick3 = _tick(instance, tick2.cursor)
+    assert not tick3.run_requests and "changed no benchmark" in (tick3.skip_message or "")
+
+
+def test_new_models_keep_champion_anchors_and_refit(pipeline: dict, tmp_path: Path) -> None:
+    """New models for a benchmark: the champion's anchors are kept, its predictor refit and
+    recalibrated on the larger training set; the challenger (re-selection) does not replace it
+    unless it is clearly better and the champion old enough."""
+    root = tmp_path / "store"
+    source = tmp_path / "src"
+    lb = generate_leaderboard(n_families=12, models_per_family=8, benchmarks={"arc": 60}, seed=4)
+    write_leaderboard(lb, source / "first")
+    resources = _resources(root, source, challenger_min_days=30.0)
+    instance = dg.DagsterInstance.ephemeral()
+    _refresh(resources, instance)
+    db = root / "sparseeval.duckdb"
+    first_items = _items(db)
+    first_cal = json.loads((root / "predictors" / "arc" / "predictor.json").read_text())["calibration"]
+    more = generate_leaderboard(n_families=4, models_per_family=8, benchmarks={"arc": 60}, seed=5)
+    write_leaderboard(_renamed(more, "-second"), source / "second")
+    result = _refresh(resources, instance)["runs"]["arc"]
+    decision = _meta(result, "candidate")["decision"]
+    assert _items(db) == first_items, decision  # the anchors users already ran stay valid
+    roles = dict(_rows(db, "SELECT origin, role FROM anchor_sets WHERE data_version = "
+                           "(SELECT max(data_version) FROM anchor_sets WHERE origin = 'refit')"))
+    assert roles["refit"] == "champion" and roles["selected"] in ("challenger", "champion")
+    cal = json.loads((root / "predictors" / "arc" / "predictor.json").read_text())["calibration"]
+    assert cal != first_cal  # recalibrated on the new split
+    assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'retired'") == 1
+    client = MlflowClient(resources["tracking"].config().resolved_tracking_uri)
+    assert str(client.get_model_version_by_alias("sparseeval-arc", "champion").version) == "2"
+    if roles["selected"] == "challenger":
+        assert str(client.get_model_version_by_alias("sparseeval-arc", "challenger").version) == "3"
+    # a challenger that wins by any margin and no waiting time replaces the champion
+    even_more = generate_leaderboard(n_families=2, models_per_family=8, benchmarks={"arc": 60}, seed=6)
+    write_leaderboard(_renamed(even_more, "-third"), source / "third")
+    eager = _resources(root, source, challenger_min_days=0.0, challenger_margin=-10.0)
+    result = _refresh(eager, instance)["runs"]["arc"]
+    assert "beats the champion's refit" in _meta(result, "candidate")["decision"]
+    assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'champion' AND origin = 'selected'") == 1
+
+
+def test_a_failing_check_leaves_the_champion_in_place(tmp_path: Path) -> None:
+    """A benchmark whose answers become pure noise cannot beat random-linear's bar reliably; when a
+    check fails the proposed predictor is rejected, nothing is published, the UI says why."""
+    import numpy as np
+
+    root, source = tmp_path / "store", tmp_path / "src"
+    lb = generate_leaderboard(n_families=12, models_per_family=8, benchmarks={"arc": 60}, seed=7)
+    write_leaderboard(lb, source / "lb")
+    resources = _resources(root, source)
+    instance = dg.DagsterInstance.ephemeral()
+    _refresh(resources, instance)
+    db = root / "sparseeval.duckdb"
+    champion_before = _count(db, "SELECT anchor_set_id FROM anchor_sets WHERE role = 'champion'")
+    rng = np.random.default_rng(0)
+    noise = generate_leaderboard(n_families=12, models_per_family=8, benchmarks={"arc": 60}, seed=8)
+    scores = noise.scores.with_columns(score=pl.Series(rng.random(noise.scores.height)))  # unrelated to answers
+    (source / "noise").mkdir()
+    noise.responses.with_columns(model=pl.col("model") + "-x").write_parquet(source / "noise" / "responses.parquet")
+    scores.with_columns(model=pl.col("model") + "-x").write_parquet(source / "noise" / "scores.parquet")
+    strict = _resources(root, source, coverage_tolerance=0.0)  # nominal coverage exactly: fails on noise
+    result = _refresh(strict, instance)["runs"]["arc"]
+    checks = _checks(result)
+    assert not all(checks[c] for c in ("beats_random_linear", "coverage_near_nominal"))
+    assert "NOT published" in _meta(result, "candidate")["decision"]
+    assert not any(e.asset_key and e.asset_key.to_user_string() == "champion"
+                   for e in result.get_asset_materialization_events())  # blocked downstream
+    assert _count(db, "SELECT anchor_set_id FROM anchor_sets WHERE role = 'champion'") == champion_before
+    assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'rejected'") >= 1
+
+
+def test_refused_files_fail_the_check_and_are_named(tmp_path: Path) -> None:
     """A bad file beside good data: the good data is stored, the run is marked (check fails), the UI
     metadata names the file and the reason."""
     source = tmp_path / "src"
     write_leaderboard(generate_leaderboard(n_families=3, models_per_family=3, benchmarks={"arc": 20}, seed=5),
                       source / "good")
     (source / "broken.csv").write_text("model,benchmark,item_id,score\nm,arc,1,1.7\n")
-    resources = {**materialized["resources"], "store": StoreResource(path=str(tmp_path / "s.duckdb")),
-                 "source": SourceResource(path=str(source))}
-    result = dg.materialize([raw_results], partition_key="arc", resources=resources,
-                            instance=materialized["instance"], raise_on_error=False)
+    result = dg.materialize([raw_results], resources=_resources(tmp_path, source),
+                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
     assert result.success  # what was good is stored and downstream can run
-    check = next(e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION")
-    assert check.check_name == "every_file_accepted" and not check.passed
-    meta = result.get_asset_materialization_events()[0].event_specific_data.materialization.metadata
-    assert meta["files_refused"].value == 1 and meta["files_stored"].value == 1
-    assert "broken.csv" in meta["refused"].value and "score outside [0, 1]" in meta["refused"].value
+    assert _checks(result) == {"every_file_accepted": False}
+    meta = _meta(result, "raw_results")
+    assert meta["files_refused"] == 1 and meta["files_stored"] == 1
+    assert "broken.csv" in meta["refused"] and "score outside [0, 1]" in meta["refused"]
 
 
-def test_sensor_requests_runs_only_for_changed_files(materialized: dict, tmp_path: Path) -> None:
-    source = tmp_path / "src"
-    lb = generate_leaderboard(n_families=3, models_per_family=3, benchmarks={"arc": 20}, seed=5)
-    write_leaderboard(lb, source / "first")
-    resources = {"source": SourceResource(path=str(source))}
-    ctx = dg.build_sensor_context(resources=resources)
-    requests = list(new_results_sensor(ctx))
-    assert [r.partition_key for r in requests] == ["arc"]
-    cursor = ctx.cursor
-    ctx2 = dg.build_sensor_context(cursor=cursor, resources=resources)
-    assert list(new_results_sensor(ctx2)) == []  # nothing changed
-    lb2 = generate_leaderboard(n_families=3, models_per_family=3, benchmarks={"gsm8k": 20}, seed=6)
-    write_leaderboard(lb2, source / "second")
-    ctx3 = dg.build_sensor_context(cursor=cursor, resources=resources)
-    assert [r.partition_key for r in new_results_sensor(ctx3)] == ["gsm8k"]
-    changed, _ = changed_units(source, json.loads(cursor))
-    assert [p.name for p in changed] == ["second"]
+def test_two_partitions_launched_together_both_succeed(pipeline: dict, tmp_path: Path) -> None:
+    """Two refresh runs in two processes at once against one store and one MLflow store (each fits and
+    publishes): no lock errors, both champions published."""
+    script = tmp_path / "run_one.py"
+    script.write_text(
+        "import sys, dagster as dg\n"
+        "from tests.test_pipeline import PARTITIONED, _resources\n"
+        "from pathlib import Path\n"
+        "root, source, key = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]\n"
+        "instance = dg.DagsterInstance.ephemeral()\n"
+        "instance.add_dynamic_partitions('benchmark', [key])\n"
+        "res = dg.materialize(PARTITIONED, partition_key=key, resources=_resources(root, source),\n"
+        "                     instance=instance, selection=PARTITIONED)\n"
+        "sys.exit(0 if res.success else 1)\n")
+    root = tmp_path / "store"
+    assert dg.materialize([raw_results], resources=_resources(root, pipeline["source"]),
+                          instance=dg.DagsterInstance.ephemeral()).success
+    repo = Path(__file__).parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    procs = [subprocess.Popen([sys.executable, str(script), str(root), str(pipeline["source"]), key],
+                              cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for key in ("arc", "gsm8k")]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    assert _count(root / "sparseeval.duckdb", "SELECT count(*) FROM anchor_sets WHERE role = 'champion'") == 2
 
 
-def test_schedule_and_job_are_defined() -> None:
-    job = defs.resolve_job_def("refresh")
-    assert job.partitions_def is not None
-    ctx = dg.build_schedule_context(scheduled_execution_time=__import__("datetime").datetime(2026, 1, 2, 3))
-    requests = list(daily_refresh(ctx))
-    assert {r.partition_key for r in requests} == set(job.partitions_def.get_partition_keys())
-    assert defs.resolve_schedule_def("daily_refresh").default_status == dg.DefaultScheduleStatus.RUNNING
-
-
-def test_predictions_asset_scores_models_with_only_anchor_answers(materialized: dict) -> None:
+def test_predictions_asset_scores_models_with_only_anchor_answers(pipeline: dict) -> None:
     """A newcomer that ran only the published anchors lands in `predictions`, with an interval."""
-    root = materialized["root"]
+    root = pipeline["root"]
     meta = json.loads((root / "predictors" / "arc" / "predictor.json").read_text())
     items = [a["item_id"] for a in meta["anchors"]]
     newcomer = pl.DataFrame({"model": "newcomer/just-anchors", "benchmark": "arc", "item_id": items,
                              "correct": [i % 2 for i in range(len(items))]})
-    newcomer.write_csv(materialized["source"] / "newcomer.csv")
-    result = dg.materialize(ASSETS, partition_key="arc", resources=materialized["resources"],
-                            instance=materialized["instance"])
-    assert result.success
-    db = root / "sparseeval.duckdb"
-    with duckdb.connect(str(db), read_only=True) as con:
+    newcomer.write_csv(pipeline["source"] / "newcomer.csv")
+    try:
+        runs = _refresh(pipeline["resources"], pipeline["instance"], keys=["arc"])
+    finally:
+        (pipeline["source"] / "newcomer.csv").unlink()
+    assert runs["runs"]["arc"].success
+    with duckdb.connect(str(pipeline["db"].with_name("sparseeval.snapshot.duckdb")), read_only=True) as con:
         rows = con.execute("SELECT model, predicted, lower, upper, n_anchors FROM predictions").fetchall()
         assert con.execute("SELECT count(*) FROM predictions_vs_truth").fetchone()[0] == 0  # no true score
     assert [r[0] for r in rows] == ["newcomer/just-anchors"]
     _, predicted, lower, upper, n_anchors = rows[0]
     assert 0 <= lower <= predicted <= upper <= 1 and n_anchors == K
+
+
+def test_definitions_schedule_and_jobs() -> None:
+    assert {j.name for j in defs.resolve_all_job_defs()} >= {"ingest", "refresh"}
+    ctx = dg.build_schedule_context(scheduled_execution_time=__import__("datetime").datetime(2026, 1, 2, 3))
+    request = daily_refresh(ctx)
+    assert isinstance(request, dg.RunRequest) and request.run_key == "daily-2026-01-02"
+    assert defs.resolve_schedule_def("daily_refresh").default_status == dg.DefaultScheduleStatus.RUNNING
+    for asset in (raw_results, *PARTITIONED):
+        spec = next(iter(asset.specs))
+        assert spec.owners and spec.description and spec.tags
+
+
+def _tick(instance: dg.DagsterInstance, cursor: str | None):
+    """One evaluation of the asset sensor, as the daemon runs it (with the instance's partitions)."""
+    return benchmarks_changed_sensor.evaluate_tick(
+        dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), cursor=cursor,
+                                definitions=defs))
+
+
+def _renamed(lb, suffix: str):
+    """The same synthetic leaderboard under other model names (generated names repeat across seeds)."""
+    from dataclasses import replace
+
+    rename = pl.col("model") + suffix
+    return replace(lb, responses=lb.responses.with_columns(rename), scores=lb.scores.with_columns(rename),
+                   models=lb.models.with_columns(rename, base_model=pl.col("base_model") + suffix))
+
+
+def _items(db: Path) -> list[str]:
+    return [r[0] for r in _rows(db, "SELECT item_id FROM latest_anchors WHERE benchmark = 'arc' ORDER BY position")]
+
+
+def _rows(db: Path, sql: str) -> list[tuple]:
+    with duckdb.connect(str(db.with_name("sparseeval.snapshot.duckdb")), read_only=True) as con:
+        return con.execute(sql).fetchall()

@@ -190,10 +190,17 @@ def test_anchor_sets_round_trip(tmp_db: Path) -> None:
     second = store.save_anchor_set(benchmark="arc", method="random", k=2, seed=1, items=["4", "1"])
     other = store.save_anchor_set(benchmark="gsm8k", method="random", k=2, seed=1, items=["a", "b"])
     assert len({first, second, other}) == 3
+    assert store.query("SELECT count(*) FROM latest_anchors").item() == 0  # nothing published yet
+    assert store.publish_champion("arc", first) is None
+    assert store.publish_champion("arc", second) == first  # the earlier champion is retired
     latest = store.query("SELECT benchmark, anchor_set_id, position, item_id, weight FROM latest_anchors")
     arc = latest.filter(pl.col("benchmark") == "arc")
     assert arc.get_column("anchor_set_id").unique().to_list() == [second]
     assert arc.get_column("item_id").to_list() == ["4", "1"]
+    roles = store.query("SELECT anchor_set_id, role FROM anchor_set_history WHERE benchmark = 'arc'").rows()
+    assert roles == [(first, "retired"), (second, "champion")]
+    with pytest.raises(ValueError, match="unknown anchor set field"):
+        store.update_anchor_set(first, colour="red")
     stored = store.query("SELECT item_id, weight FROM anchors WHERE anchor_set_id = $i ORDER BY position",
                          {"i": first})
     assert stored.rows() == [("7", 0.5), ("2", 0.25), ("9", 0.25)]

@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from sparseeval import settings
 from sparseeval.benchmarks import canonical_benchmark
-from sparseeval.commands.predict import DEFAULT_REGISTRY, USER_ERRORS
+from sparseeval.commands.predict import USER_ERRORS
 from sparseeval.readers.base import InputError
 from sparseeval.scoring import fit_predictor
 from sparseeval.sources import open_data
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
                                      calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
                                      alpha=args.alpha, models=data.models(), row_mean_is_score=args.row_mean_is_score,
                                      settings=data.settings(bench))
-        out = args.out or args.registry / bench
+        out = args.out or (args.registry or settings.predictor_dir()) / bench
         saved = artifact.save(out)
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -52,9 +53,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="results in any supported format (every model is used for fitting or calibration)")
     p.add_argument("--benchmark", required=True, metavar="B")
     p.add_argument("-k", "--k", type=int, required=True, help="number of anchors")
-    p.add_argument("--method", default="sparseeval-mlp", help="registered method (default sparseeval-mlp)")
+    p.add_argument("--method", default=settings.DEFAULT_METHOD,
+                   help=f"registered method (default {settings.DEFAULT_METHOD})")
     p.add_argument("--calibration-frac", type=float, default=0.2)
-    p.add_argument("--alpha", type=float, default=0.1, help="interval miscoverage (0.1: 90%% intervals)")
+    p.add_argument("--alpha", type=float, default=settings.DEFAULT_ALPHA,
+                   help="interval miscoverage (0.1: 90%% intervals)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--row-mean-is-score", action="store_true",
@@ -62,5 +65,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "row mean as its score (never assumed: stored items are often a subset)")
     p.add_argument("--out", type=Path, metavar="PREDICTOR_DIR",
                    help="predictor folder (default <registry>/<benchmark>)")
-    p.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY, metavar="DIR")
+    p.add_argument("--registry", type=Path, default=None, metavar="DIR",
+                   help="published predictors folder (default $SPARSEEVAL_PREDICTORS or <data dir>/predictors)")
     p.set_defaults(func=run)

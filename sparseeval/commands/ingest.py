@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sparseeval.store import IngestReport, Store, StoreLayoutError, StoreLockedError, default_db_path
+from sparseeval.store import IngestReport, PublishInterrupted, Store, StoreError, default_db_path
 
 _LABELS = {"ok": "stored", "partial": "PARTIAL", "skipped": "skipped", "refused": "REFUSED",
            "interrupted": "STOPPED"}
@@ -59,17 +59,24 @@ def format_report(report: IngestReport) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = Store(args.db or default_db_path())
     try:
+        store = Store(args.db or default_db_path())
         report = store.ingest(args.paths)
+    except PublishInterrupted:
+        print("interrupted after the unit in progress was stored: its snapshot will be refreshed by the next "
+              "write or `sparseeval doctor --repair`; no further unit was read", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print("interrupted: the unit in progress was rolled back and recorded as interrupted; "
               "no further unit was read", file=sys.stderr)
         return 130
-    except (StoreLockedError, StoreLayoutError) as exc:
+    except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print("\n".join(format_report(report)))
+    if report.publish_error:
+        print(f"note: stored, but the read-only snapshot was not refreshed ({report.publish_error}); the next "
+              "write or `sparseeval doctor --repair` refreshes it", file=sys.stderr)
     for entry in report.files:  # refusals also on stderr, for scripts that only watch it
         if entry.status == "refused":
             print(f"REFUSED  {entry.reason}", file=sys.stderr)

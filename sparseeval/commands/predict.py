@@ -18,13 +18,14 @@ from pathlib import Path
 
 import polars as pl
 
+from sparseeval import settings
 from sparseeval.answers import read_answers
 from sparseeval.artifact import ArtifactError, PredictorArtifact, load_predictor
 from sparseeval.benchmarks import canonical_benchmark, default_n_shot, split_variant
+from sparseeval.methods.joint import MEAN
 from sparseeval.readers.base import InputError
 from sparseeval.scoring import Prediction, TooFewAnchorsError, predict
 
-DEFAULT_REGISTRY = Path("data/predictors")
 #: errors a user can fix; printed as one line, exit code 2 (anything else is a bug: traceback)
 USER_ERRORS = (InputError, ArtifactError, TooFewAnchorsError, ValueError, FileNotFoundError)
 
@@ -37,9 +38,9 @@ def add_predictor_arguments(parser: argparse.ArgumentParser, *, many: bool = Tru
     parser.add_argument("--benchmark", action=action, metavar="B",
                         help="use the published predictor of benchmark B from --registry"
                              + (", repeatable" if many else ""))
-    parser.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY, metavar="DIR",
+    parser.add_argument("--registry", type=Path, default=None, metavar="DIR",
                         help="folder of published predictors <DIR>/<benchmark>/ "
-                             f"(default {DEFAULT_REGISTRY})")
+                             "(default $SPARSEEVAL_PREDICTORS or <$SPARSEEVAL_DATA_DIR>/predictors)")
 
 
 def published_folders(registry: Path) -> list[Path]:
@@ -51,6 +52,8 @@ def load_predictors(args: argparse.Namespace, *, default_all: bool = False) -> l
     """The predictors named by ``--predictor`` and ``--benchmark``; with neither, every published
     one in ``--registry`` when ``default_all`` (export), else an error."""
     folders = [args.predictor] if isinstance(args.predictor, Path) else list(args.predictor or [])
+    if args.registry is None:
+        args.registry = settings.predictor_dir()
     benches = [args.benchmark] if isinstance(args.benchmark, str) else list(args.benchmark or [])
     folders += [args.registry / canonical_benchmark(b) for b in benches]
     if not folders and default_all:
@@ -65,7 +68,7 @@ def load_predictors(args: argparse.Namespace, *, default_all: bool = False) -> l
 def read_all_answers(paths: list[Path], artifacts: list[PredictorArtifact],
                      model: str | None = None) -> pl.DataFrame:
     """Concatenated answers; a file without a benchmark column takes the single predictor's."""
-    bench = artifacts[0].benchmark if len(artifacts) == 1 else None
+    bench = artifacts[0].benchmark if len(artifacts) == 1 and not artifacts[0].is_joint else None
     return pl.concat([read_answers(p, benchmark=bench, model=model) for p in paths])
 
 
@@ -75,10 +78,11 @@ def settings_mismatches(artifacts: list[PredictorArtifact], answers: pl.DataFram
     present = set(answers.get_column("benchmark").unique().to_list())
     out = []
     for art in artifacts:
-        if art.benchmark in present:
-            continue
-        base = split_variant(art.benchmark)[0]
-        out += [(b, art.benchmark) for b in sorted(present) if split_variant(b)[0] == base]
+        for bench in art.benchmarks:  # a joint predictor reads several benchmarks
+            if bench in present:
+                continue
+            base = split_variant(bench)[0]
+            out += [(b, bench) for b in sorted(present) if split_variant(b)[0] == base]
     return out
 
 
@@ -107,15 +111,19 @@ def predict_all(artifacts: list[PredictorArtifact], answers: pl.DataFrame, *,
         forced = dict(mismatched)
         answers = answers.with_columns(pl.col("benchmark").replace(forced))
     present = set(answers.get_column("benchmark").unique().to_list())
-    usable = [a for a in artifacts if a.benchmark in present]
+    usable = [a for a in artifacts if any(b in present for b in a.benchmarks)]
     if not usable:
         raise ValueError(f"the answers cover benchmarks {', '.join(sorted(present))}, none of which has a "
-                         f"predictor here ({', '.join(a.benchmark for a in artifacts)})")
+                         f"predictor here ({', '.join(b for a in artifacts for b in a.benchmarks)})")
     preds = [p for a in usable for p in predict(a, answers)]
     back = {want: got for got, want in forced.items()}
+    forced_joint = [a for a in usable if a.is_joint and any(b in back for b in a.benchmarks)]
+    note = "; ".join(f"answers run as {back[b]} ({_describe(back[b])}), forced onto {_describe(b)}"
+                     for a in forced_joint for b in a.benchmarks if b in back)
     return [replace(p, warnings=(*p.warnings, f"answers run as {back[p.benchmark]} ({_describe(back[p.benchmark])}), "
                                                f"forced onto {_describe(p.benchmark)}"))
-            if p.benchmark in back else p for p in preds]
+            if p.benchmark in back else
+            replace(p, warnings=(*p.warnings, note)) if note and p.benchmark == MEAN else p for p in preds]
 
 
 def format_table(preds: list[Prediction]) -> str:

@@ -10,13 +10,21 @@ predictions).
 from __future__ import annotations
 
 from sparseeval.store.bulk import bulk_long
-from sparseeval.store.connection import StoreLayoutError, StoreLockedError, default_db_path
+from sparseeval.store.connection import (
+    PublishInterrupted,
+    StoreDamagedError,
+    StoreError,
+    StoreLayoutError,
+    StoreLockedError,
+    StorePathError,
+    default_db_path,
+)
 from sparseeval.store.ingest import FileReport, Ingesting, IngestReport, default_reader
 from sparseeval.store.reading import TABLES, Reading
 from sparseeval.store.results import ResultWriters
 
-__all__ = ["TABLES", "FileReport", "IngestReport", "Store", "StoreLayoutError", "StoreLockedError", "bulk_long",
-           "default_db_path", "default_reader"]
+__all__ = ["TABLES", "FileReport", "IngestReport", "PublishInterrupted", "Store", "StoreDamagedError", "StoreError",
+           "StoreLayoutError", "StoreLockedError", "StorePathError", "bulk_long", "default_db_path", "default_reader"]
 
 
 class Store(Ingesting, Reading, ResultWriters):

@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover
     def discover(path: Path) -> tuple[list[Path], list[PartNote]]:
         return iter_sources(path), []
 from sparseeval.store.bulk import _STAGED, _stage_frames, bulk_long
-from sparseeval.store.connection import Connections, StoreLockedError, _now, _run
+from sparseeval.store.connection import Connections, PublishInterrupted, StoreError, _now, _run
 from sparseeval.store.pinning import pinned, remove_stale_pins
 from sparseeval.validation import validate_results
 
@@ -74,6 +74,8 @@ class FileReport:
 @dataclass
 class IngestReport:
     files: list[FileReport] = field(default_factory=list)
+    #: stored, but the read-only snapshot could not be refreshed at the end (None: it was)
+    publish_error: str | None = None
 
     def by_status(self, status: str) -> list[FileReport]:
         return [f for f in self.files if f.status == status]
@@ -116,6 +118,12 @@ class Ingesting(Connections):
             paths = [paths]
         report = IngestReport()
         remove_stale_pins(self._pin_dir)
+        with self.publishing_once():  # one snapshot copy per ingest, not one per unit
+            self._ingest_paths(paths, reader, report)
+        report.publish_error = self.last_publish_error if self.snapshot else None
+        return report
+
+    def _ingest_paths(self, paths: Iterable[str | Path], reader: Reader | None, report: IngestReport) -> None:
         for path in paths:
             path = Path(path)
             if not path.exists() and not path.is_symlink():
@@ -134,7 +142,6 @@ class Ingesting(Connections):
                 report.files.append(entry)
                 if entry.status == "interrupted":
                     raise KeyboardInterrupt
-        return report
 
     @property
     def _pin_dir(self) -> Path:
@@ -170,9 +177,11 @@ class Ingesting(Connections):
                                    parsed.responses.height + parsed.scores.height, parsed.notes)
         except InputError as exc:
             return self._record(path, sha, "refused", str(exc), started)
+        except PublishInterrupted:  # Ctrl-C after the commit: the unit is stored, the snapshot is stale
+            raise
         except KeyboardInterrupt:
             return self._record(path, sha, "interrupted", "stopped by Ctrl-C before it was stored", started)
-        except StoreLockedError:
+        except StoreError:  # locked, damaged, wrong path: the store's problem, not the file's
             raise
         except duckdb.Error:  # the store itself failed (disk full, damaged file): not the file's fault
             log.debug("store error while ingesting %s", path, exc_info=True)
@@ -233,7 +242,7 @@ class Ingesting(Connections):
                         _run(con, f"DROP VIEW IF EXISTS {name}")
                     with contextlib.suppress(duckdb.Error):
                         _run(con, f"DROP TABLE IF EXISTS {name}")
-        publish_error = getattr(self, "last_publish_error", None) if self.snapshot else None
+        publish_error = self.last_publish_error if self.snapshot else None
         if publish_error:
             log.warning("%s stored, but the read-only snapshot was not refreshed: %s", path, publish_error)
         reason_out = ("nothing new: every row is already stored with the same value"

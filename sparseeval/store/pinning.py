@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,30 @@ class PinnedUnit:
                         for n in parsed.notes]
         parsed.sources = [Path(self.to_original(str(s))) for s in parsed.sources]
         return parsed
+
+
+def unit_sha256(path: Path) -> str:
+    """The sha256 :func:`pinned` would compute for ``path``, without copying (the sensor uses it to
+    tell a unit the store already holds)."""
+    digest = hashlib.sha256()
+    if path.is_dir():
+        for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
+            dirnames.sort()
+            rel = Path(dirpath).relative_to(path)
+            for name in sorted(filenames):
+                src = Path(dirpath) / name
+                if src.is_file():
+                    digest.update(str(rel / name).encode("utf-8", "surrogateescape") + b"\0")
+                    _hash_file(src, digest)
+    else:
+        _hash_file(path, digest)
+    return digest.hexdigest()
+
+
+def _hash_file(src: Path, digest: hashlib._Hash) -> None:
+    with src.open("rb") as fin:
+        while block := fin.read(1 << 22):
+            digest.update(block)
 
 
 def _copy_file(src: Path, dst: Path, digest: hashlib._Hash) -> None:
@@ -110,7 +135,5 @@ def remove_stale_pins(workdir: Path) -> None:
         if entry.name.startswith(PIN_PREFIX):
             # a live ingest in another process may own it: only remove folders not touched for an hour
             with contextlib.suppress(OSError):
-                import time
-
                 if time.time() - entry.stat().st_mtime > 3600:
                     shutil.rmtree(entry, ignore_errors=True)

@@ -95,3 +95,21 @@ class Reading(Connections):
         out["runs_agreeing"] = out.pop("runs")
         out["runs"] = int(total)
         return out
+
+    def data_version(self, benchmark: str) -> str:
+        """A fingerprint of the benchmark's current data: its current runs (ids and row counts) and
+        scores. It changes exactly when ingest adds, replaces or supersedes something of this
+        benchmark, so the pipeline can tell an unchanged benchmark without building its matrix."""
+        row = self.query(
+            "SELECT count(*) AS n, coalesce(bit_xor(hash(run_id, kind, n_rows, score)), 0) AS h "
+            "FROM current_runs WHERE benchmark = $b", {"b": benchmark}).row(0, named=True)
+        return f"{row['n']}-{int(row['h']):016x}"
+
+    def anchor_answers_without_score(self, benchmark: str, items: list[str]) -> pl.DataFrame:
+        """Current answers to ``items`` of models that have no reported score for ``benchmark``:
+        the models a published predictor should score."""
+        return self.query(
+            "SELECT r.model, r.benchmark, r.item_id, r.score FROM responses r "
+            "WHERE r.benchmark = $b AND r.item_id IN (SELECT unnest($i::VARCHAR[])) "
+            "AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.model = r.model AND s.benchmark = r.benchmark) "
+            "ORDER BY r.model, r.item_id", {"b": benchmark, "i": list(items)})

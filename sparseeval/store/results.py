@@ -11,6 +11,19 @@ import polars as pl
 
 from sparseeval.store.connection import Connections, _now, _run, _transaction
 
+#: lifecycle fields of ``anchor_sets`` that :meth:`ResultWriters.update_anchor_set` may change
+ANCHOR_SET_FIELDS = ("role", "origin", "data_version", "test_mae", "baseline_mae", "coverage", "registry_version",
+                     "published_at", "mlflow_run_id", "artifact_uri", "n_train_models")
+
+
+def _update(con: Any, anchor_set_id: int, fields: Mapping[str, Any]) -> None:
+    unknown = sorted(set(fields) - set(ANCHOR_SET_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown anchor set field(s): {', '.join(unknown)}")
+    if fields:
+        sets = ", ".join(f"{name} = ?" for name in fields)
+        _run(con, f"UPDATE anchor_sets SET {sets} WHERE anchor_set_id = ?", [*fields.values(), anchor_set_id])
+
 
 class ResultWriters(Connections):
     """Writers for the pipeline's results (each one transaction)."""
@@ -18,15 +31,22 @@ class ResultWriters(Connections):
     def save_anchor_set(self, *, benchmark: str, method: str, k: int, items: Sequence[str],
                         weights: Sequence[float] | None = None, seed: int | None = None,
                         n_train_models: int | None = None, params: Mapping[str, Any] | None = None,
-                        mlflow_run_id: str | None = None, artifact_uri: str | None = None) -> int:
-        """Store an anchor set and its items in order; the same content again returns the same id."""
+                        mlflow_run_id: str | None = None, artifact_uri: str | None = None,
+                        **fields: Any) -> int:
+        """Store an anchor set and its items in order; the same content again returns the same id.
+
+        This is the anchor set's one writer: later steps change its lifecycle fields by id
+        (:meth:`update_anchor_set`), never by writing it again. ``fields``: any of
+        :data:`ANCHOR_SET_FIELDS` (role, origin, data_version, scores...)."""
         if weights is not None and len(weights) != len(items):
             raise ValueError(f"{len(items)} anchors but {len(weights)} weights")
         if len(set(items)) != len(items):
             raise ValueError("anchor items repeat")
+        # an anchor set refit on new data is a new row (same items, another predictor version)
         payload = {"benchmark": benchmark, "method": method, "k": int(k), "seed": seed,
                    "items": [str(i) for i in items],
-                   "weights": None if weights is None else [float(w) for w in weights]}
+                   "weights": None if weights is None else [float(w) for w in weights],
+                   **{f: fields[f] for f in ("data_version", "origin") if fields.get(f) is not None}}
         content_hash = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
         params_json = json.dumps(dict(params or {}), sort_keys=True, default=str)
         with self._write() as con, _transaction(con):
@@ -37,6 +57,7 @@ class ResultWriters(Connections):
                 _run(con, "UPDATE anchor_sets SET mlflow_run_id = coalesce(?, mlflow_run_id), "
                             "artifact_uri = coalesce(?, artifact_uri) WHERE anchor_set_id = ?",
                             [mlflow_run_id, artifact_uri, anchor_set_id])
+                _update(con, anchor_set_id, {k: v for k, v in fields.items() if k != "role"})
             else:
                 anchor_set_id = int(_run(
                     con,
@@ -45,6 +66,7 @@ class ResultWriters(Connections):
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING anchor_set_id",
                     [benchmark, method, int(k), seed, _now(), n_train_models, params_json, content_hash,
                      mlflow_run_id, artifact_uri])[0][0])
+                _update(con, anchor_set_id, fields)
                 con.executemany(
                     "INSERT INTO anchors VALUES (?, ?, ?, ?, ?)",
                     [[anchor_set_id, pos, benchmark, str(item), None if weights is None else float(w)]
@@ -52,10 +74,64 @@ class ResultWriters(Connections):
                                                          strict=True))])
         return anchor_set_id
 
+    def update_anchor_set(self, anchor_set_id: int, **fields: Any) -> None:
+        """Change lifecycle fields of one anchor set (role, scores, MLflow ids, publication time)."""
+        with self._write() as con, _transaction(con):
+            _update(con, anchor_set_id, fields)
+
+    def publish_champion(self, benchmark: str, anchor_set_id: int, **fields: Any) -> int | None:
+        """Make ``anchor_set_id`` the champion of ``benchmark`` in one transaction: the previous
+        champion (returned) is retired. Publishing the current champion again changes nothing."""
+        with self._write() as con, _transaction(con):
+            old = _run(con, "SELECT anchor_set_id FROM anchor_sets WHERE benchmark = ? AND role = 'champion'",
+                       [benchmark])
+            previous = int(old[0][0]) if old else None
+            if previous != anchor_set_id:
+                _run(con, "UPDATE anchor_sets SET role = 'retired' WHERE benchmark = ? AND role = 'champion'",
+                     [benchmark])
+            _update(con, anchor_set_id, {"role": "champion", "published_at": _now(), **fields})
+        return previous
+
+    def anchor_set(self, anchor_set_id: int) -> dict[str, Any]:
+        """One anchor set's row with its items in order (``items``)."""
+        row = self.query("SELECT * FROM anchor_sets WHERE anchor_set_id = $i", {"i": anchor_set_id})
+        if row.height == 0:
+            raise KeyError(f"no anchor set {anchor_set_id}")
+        out = row.row(0, named=True)
+        out["items"] = self.query("SELECT item_id FROM anchors WHERE anchor_set_id = $i ORDER BY position",
+                                  {"i": anchor_set_id}).get_column("item_id").to_list()
+        return out
+
+    def champion(self, benchmark: str) -> dict[str, Any] | None:
+        """The published champion anchor set of ``benchmark`` (with ``items``), or None."""
+        found = self.query("SELECT anchor_set_id FROM anchor_sets WHERE benchmark = $b AND role = 'champion'",
+                           {"b": benchmark})
+        return self.anchor_set(int(found.item())) if found.height else None
+
+    def anchor_sets_by_role(self, benchmark: str, role: str | None, *, unregistered: bool = False,
+                            origin: str | None = None, data_version: str | None = None) -> list[int]:
+        """Ids (ascending) of ``benchmark``'s anchor sets with ``role`` (any when None), optionally only
+        those not yet in the MLflow registry, or of one ``origin`` / ``data_version``."""
+        where = ["benchmark = $b"]
+        params: dict[str, Any] = {"b": benchmark}
+        for column, value in (("role", role), ("origin", origin), ("data_version", data_version)):
+            if value is not None:
+                where.append(f"{column} = ${column}")
+                params[column] = value
+        if unregistered:
+            where.append("registry_version IS NULL")
+        rows = self.query(f"SELECT anchor_set_id FROM anchor_sets WHERE {' AND '.join(where)} ORDER BY 1", params)
+        return [int(i) for i in rows.get_column("anchor_set_id").to_list()]
+
+    def evaluation_count(self, benchmark: str, data_version: str) -> int:
+        """Comparison rows already stored for ``benchmark`` on ``data_version``."""
+        return int(self.query("SELECT count(*) FROM evaluations WHERE benchmark = $b AND data_version = $v",
+                              {"b": benchmark, "v": data_version}).item())
+
     def save_evaluations(self, rows: Iterable[Mapping[str, Any]] | pl.DataFrame) -> int:
         """Store evaluation rows; a rerun of (benchmark, method, k, seed, split_policy) replaces it."""
         cols = ("benchmark", "method", "k", "seed", "split_policy", "mae", "tau", "rho", "max_error",
-                "seconds", "n_train", "n_val", "n_test", "mlflow_run_id")
+                "seconds", "n_train", "n_val", "n_test", "mlflow_run_id", "data_version")
         records = rows.to_dicts() if isinstance(rows, pl.DataFrame) else [dict(r) for r in rows]
         unknown = sorted({c for r in records for c in r} - set(cols) - {"created_at"})
         if unknown:

@@ -1,0 +1,62 @@
+"""The one IO manager: the response matrix between steps, in a format of ours (not a pickle).
+
+Each benchmark's matrix is written once per run as ``<base>/response_matrix/<benchmark>.npz``
+(compressed arrays: values, observed mask, targets) plus the names as JSON inside the same file,
+and read back by the steps that need it. Everything else the steps share has its own home (the
+DuckDB store, the predictor folders), so the other assets return ``MaterializeResult`` and Dagster
+stores nothing for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+
+from sparseeval.matrix import ResponseMatrix
+
+
+def save_matrix(matrix: ResponseMatrix, path: Path) -> None:
+    """Atomically write ``matrix`` as one ``.npz`` (no pickled objects: ``allow_pickle=False`` reads it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = json.dumps({"benchmark": matrix.benchmark, "models": matrix.models, "items": matrix.items,
+                        "score_source": matrix.score_source, "dropped_models": matrix.dropped_models})
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    os.close(fd)
+    try:
+        np.savez_compressed(tmp, values=matrix.values, observed=matrix.observed, scores=matrix.scores,
+                            names=np.frombuffer(names.encode("utf-8"), dtype=np.uint8))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def load_matrix(path: Path) -> ResponseMatrix:
+    with np.load(path, allow_pickle=False) as data:
+        names = json.loads(data["names"].tobytes().decode("utf-8"))
+        return ResponseMatrix(benchmark=names["benchmark"], models=names["models"], items=names["items"],
+                              values=data["values"], observed=data["observed"], scores=data["scores"],
+                              score_source=names["score_source"], dropped_models=names["dropped_models"])
+
+
+class MatrixIOManager(dg.ConfigurableIOManager):
+    """Response matrices as ``.npz`` files under ``base_dir`` (one per benchmark partition)."""
+
+    base_dir: str
+
+    def _path(self, context: dg.OutputContext | dg.InputContext) -> Path:
+        key = context.asset_key.path[-1]
+        return Path(self.base_dir) / key / f"{context.asset_partition_key}.npz"
+
+    def handle_output(self, context: dg.OutputContext, obj: ResponseMatrix) -> None:
+        path = self._path(context)
+        save_matrix(obj, path)
+        context.add_output_metadata({"path": dg.MetadataValue.path(str(path))})
+
+    def load_input(self, context: dg.InputContext) -> ResponseMatrix:
+        return load_matrix(self._path(context))

@@ -1,0 +1,118 @@
+"""Stable anchors: refit the champion's predictor on new data, re-select only as a challenger.
+
+Users run a published anchor set on their models; if every refresh re-selected anchors, the
+answers they already have would stop matching the predictor. So a refresh keeps the champion's
+anchors and only refits its predictor (and recalibrates it) on the larger training set; a fresh
+selection competes as a challenger and replaces the champion only when it is clearly better on
+the same held-out models and the champion is not too young (:func:`decide`). Pure functions: the
+pipeline records the outcome in DuckDB and MLflow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from sparseeval.calibration import conformal_quantile, scale_of
+from sparseeval.evaluation import fit_on_split, score_on_split
+from sparseeval.matrix import ResponseMatrix
+from sparseeval.methods import AnchorEstimator, make_estimator
+from sparseeval.methods.base import column_means, impute
+from sparseeval.splits import Split
+
+
+def refit_on_anchors(matrix: ResponseMatrix, split: Split, method: str, items: list[str], seed: int, *,
+                     device: str = "auto") -> AnchorEstimator:
+    """``method``'s final predictor fitted on the split's training models with the anchors fixed
+    to ``items`` (no selection): the champion refit on new data.
+
+    Refuses (ValueError) anchors that are no longer items of the benchmark, and methods whose
+    predictor cannot be fitted apart from their selection (the baselines re-select instead).
+    """
+    column = {item: i for i, item in enumerate(matrix.items)}
+    missing = [i for i in items if i not in column]
+    if missing:
+        raise ValueError(f"{matrix.benchmark}: champion anchors no longer in the data: {', '.join(missing[:5])}")
+    est = make_estimator(method, len(items), random_state=seed, device=device)
+    fit_final = getattr(est, "_fit_final", None)
+    if fit_final is None:
+        raise ValueError(f"method {method!r} has no separate final fit: it cannot keep fixed anchors")
+    from sparseeval.device import resolve_device
+
+    anchors = np.array([column[i] for i in items], dtype=np.int64)
+    Y = matrix.with_nan()
+    Ytr = np.asarray(Y[split.train], dtype=np.float32)
+    fill = column_means(Ytr)
+    X = impute(Ytr, fill)[:, anchors]
+    s = matrix.scores[split.train].astype(np.float32)
+    if len(split.val):
+        X_val = impute(np.asarray(Y[split.val], dtype=np.float32), fill)[:, anchors]
+        s_val = matrix.scores[split.val].astype(np.float32)
+    else:  # the same seeded carve-out the selection uses when it has no validation models
+        order = np.random.default_rng(seed + 7919).permutation(len(s))
+        n_val = max(1, round(0.15 * len(s)))
+        tr, va = np.sort(order[n_val:]), np.sort(order[:n_val])
+        X, X_val, s, s_val = X[tr], X[va], s[tr], s[va]
+    est._set_anchors(anchors, Ytr)
+    est.anchor_fill_ = fill[anchors]
+    fit_final(X, s, X_val, s_val, resolve_device(device))
+    est.selection_ = {"start": "fixed", "swaps": 0, "refit_of": list(items)}
+    return est
+
+
+def heldout_mae(matrix: ResponseMatrix, split: Split, est: AnchorEstimator) -> float:
+    """Mean absolute error in points on the split's test models (never seen by ``est``)."""
+    return float(np.mean(np.abs(score_on_split(matrix, split, est) - matrix.scores[split.test])) * 100.0)
+
+
+def baseline_mae(matrix: ResponseMatrix, split: Split, k: int, seed: int, *, device: str = "auto") -> float:
+    """``random-linear`` (random anchors + ridge) on the same split: the bar a predictor must clear."""
+    return heldout_mae(matrix, split, fit_on_split(matrix, split, "random-linear", k, seed, device=device))
+
+
+def crossfit_coverage(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *, alpha: float,
+                      seed: int = 0, mode: str = "binomial") -> float | None:
+    """Honest interval coverage on held-out models: the test models are cut in two halves; the
+    conformal quantile of one half is applied to the other, both ways. (The published calibration
+    uses all of them, so measuring coverage on those same models would be circular.) None when a
+    half is too small for a finite quantile."""
+    test = np.asarray(split.test)
+    half = len(test) // 2
+    if half < math.ceil(1.0 / alpha) - 1:
+        return None
+    order = np.random.default_rng(seed + 104729).permutation(len(test))
+    a, b = test[order[:half]], test[order[half:]]
+    Y = matrix.with_nan()
+    assert est.anchors_ is not None
+    covered = []
+    for cal, chk in ((a, b), (b, a)):
+        pred_cal = est.predict(Y[cal][:, est.anchors_])
+        q = conformal_quantile(np.abs(pred_cal - matrix.scores[cal]) / scale_of(pred_cal, mode), alpha)
+        pred = est.predict(Y[chk][:, est.anchors_])
+        covered.append(np.abs(pred - matrix.scores[chk]) <= q * scale_of(pred, mode))
+    return float(np.mean(np.concatenate(covered)))
+
+
+@dataclass(frozen=True)
+class Decision:
+    publish: str  #: ``refit`` (keep the champion's anchors) or ``challenger`` (the re-selected set)
+    reason: str
+
+
+def decide(refit_mae: float, challenger_mae: float, *, margin: float, published_at: datetime | None,
+           now: datetime, min_days: float) -> Decision:
+    """Keep the champion's anchors unless the challenger's held-out MAE is lower by ``margin``
+    (a fraction) and the champion has been published for at least ``min_days``."""
+    better = challenger_mae <= (1.0 - margin) * refit_mae
+    age = (now - published_at).total_seconds() / 86400.0 if published_at is not None else math.inf
+    if better and age >= min_days:
+        return Decision("challenger", f"challenger MAE {challenger_mae:.2f} beats the champion's refit "
+                                      f"{refit_mae:.2f} by more than {margin:.0%}")
+    if better:
+        return Decision("refit", f"challenger MAE {challenger_mae:.2f} beats {refit_mae:.2f}, but the champion "
+                                 f"is only {age:.1f} days old (at most one change per {min_days:g} days)")
+    return Decision("refit", f"challenger MAE {challenger_mae:.2f} does not beat the champion's refit "
+                             f"{refit_mae:.2f} by {margin:.0%}: anchors kept")

@@ -1,0 +1,69 @@
+"""Every default of the product, and the environment variable that overrides it, in one place.
+
+The CLI, the benches and the Dagster resources (through ``dg.EnvVar``) all read defaults from here,
+so ``make run``, ``dagster dev``, the schedule and ``sparseeval predict --benchmark`` agree on one
+data folder, one method, one interval level. Paths are resolved when asked (not at import), so a
+changed environment is honoured by long-lived processes and tests.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str
+    default: str
+    help: str
+
+    def get(self) -> str:
+        return os.environ.get(self.env) or self.default
+
+
+#: name -> (environment variable, default, what it is)
+SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for s in (
+    Setting("SPARSEEVAL_DATA_DIR", "data", "folder of the DuckDB store, MLflow store, predictors, embedded source"),
+    Setting("SPARSEEVAL_DB", "", "DuckDB file (default <data dir>/sparseeval.duckdb)"),
+    Setting("SPARSEEVAL_PREDICTORS", "", "published predictors (default <data dir>/predictors)"),
+    Setting("SPARSEEVAL_SOURCE", "", "results folder to ingest (default: the embedded synthetic leaderboard)"),
+    Setting("SPARSEEVAL_METHOD", "sparseeval-mlp", "anchor method the pipeline publishes"),
+    Setting("SPARSEEVAL_K", "20", "anchors per benchmark"),
+    Setting("SPARSEEVAL_SEED", "0", "seed of the published split and fit"),
+    Setting("SPARSEEVAL_DEVICE", "auto", "auto (CUDA when present), cpu or cuda"),
+    Setting("SPARSEEVAL_ALPHA", "0.1", "interval miscoverage (0.1: 90 % intervals)"),
+    Setting("SPARSEEVAL_COMPARE_METHODS", "random,random-linear,anchor-points,gp-irt,sparseeval-linear,"
+                                          "sparseeval-mlp", "methods in the comparison"),
+    Setting("SPARSEEVAL_COMPARE_KS", "10,20", "anchor counts in the comparison"),
+    Setting("SPARSEEVAL_COMPARE_SEEDS", "3", "seeds (splits) in the comparison"),
+    Setting("SPARSEEVAL_CHALLENGER_MARGIN", "0.05",
+            "a re-selected anchor set replaces the champion only if its held-out MAE is this fraction lower"),
+    Setting("SPARSEEVAL_CHALLENGER_MIN_DAYS", "30", "at most one champion change per this many days"),
+    Setting("SPARSEEVAL_COVERAGE_TOLERANCE", "0.1",
+            "publishing check: held-out interval coverage within this of nominal (finite-sample slack)"),
+)}
+
+DEFAULT_METHOD = SETTINGS["method"].default
+DEFAULT_K = int(SETTINGS["k"].default)
+DEFAULT_ALPHA = float(SETTINGS["alpha"].default)
+
+
+def data_dir() -> Path:
+    return Path(SETTINGS["data_dir"].get())
+
+
+def db_path() -> Path:
+    """``$SPARSEEVAL_DB``, else ``<data dir>/sparseeval.duckdb``."""
+    return Path(SETTINGS["db"].get() or data_dir() / "sparseeval.duckdb")
+
+
+def predictor_dir() -> Path:
+    """``$SPARSEEVAL_PREDICTORS``, else ``<data dir>/predictors``: where published predictors live."""
+    return Path(SETTINGS["predictors"].get() or data_dir() / "predictors")
+
+
+def describe() -> str:
+    """The settings as a table for ``--help`` epilogs and the docs."""
+    return "\n".join(f"  {s.env:<32} {s.help} (default: {s.default or '-'})" for s in SETTINGS.values())
