@@ -50,6 +50,7 @@ class AnchorInfo:
     item_id: str
     task: str | None  #: lm-evaluation-harness task name (None: not runnable by the harness)
     doc_id: int | None  #: document index within that task
+    benchmark: str | None = None  #: the anchor's benchmark in a joint predictor (None: the predictor's)
 
 
 @dataclass(frozen=True)
@@ -76,23 +77,26 @@ class PredictorArtifact:
         return self.estimator.method
 
     @property
+    def is_joint(self) -> bool:
+        """A ``sparseeval-joint`` predictor: several benchmarks, one row per benchmark plus the mean."""
+        return "joint" in self.extra
+
+    @property
+    def benchmarks(self) -> list[str]:
+        """The benchmarks whose answers this predictor reads (one, or a joint predictor's several)."""
+        return list(self.extra["joint"]["benchmarks"]) if self.is_joint else [self.benchmark]
+
+    @property
     def anchor_item_ids(self) -> list[str]:
         return [a.item_id for a in self.anchors]
-
-    def harness_samples(self) -> dict[str, list[int]]:
-        """``{task: [doc indices]}`` for lm-eval ``--samples`` (anchors without a task are left out)."""
-        out: dict[str, list[int]] = {}
-        for a in self.anchors:
-            if a.task is not None and a.doc_id is not None:
-                out.setdefault(a.task, []).append(a.doc_id)
-        return {task: sorted(set(ids)) for task, ids in out.items()}
 
     def save(self, folder: str | Path) -> PredictorArtifact:
         """Write this artifact to ``folder`` (see :func:`save_predictor`)."""
         return save_predictor(folder, estimator=self.estimator, benchmark=self.benchmark,
                               item_ids=self.item_ids, train_models=self.train_models,
                               calibration=self.calibration,
-                              harness_task={a.item_id: (a.task, a.doc_id) for a in self.anchors},
+                              harness_task=None if self.is_joint else
+                              {a.item_id: (a.task, a.doc_id) for a in self.anchors},
                               extra=self.extra)
 
 
@@ -140,13 +144,17 @@ def build_anchors(estimator: AnchorEstimator, benchmark: str, item_ids: list[str
     """Anchor descriptions of a fitted estimator: matrix column, item id, harness task and doc id."""
     if estimator.anchors_ is None:
         raise ValueError("cannot save an unfitted estimator")
+    joint = hasattr(estimator, "anchor_groups_")  # columns are "benchmark::item" keys of a joint matrix
     anchors = []
     for pos, col in enumerate(estimator.anchors_.tolist()):
         if not 0 <= col < len(item_ids):
             raise ValueError(f"anchor column {col} is outside the {len(item_ids)} item ids")
         item = item_ids[col]
-        task, doc = (harness_task or {}).get(item) or harness_location(benchmark, item)
-        anchors.append(AnchorInfo(pos, int(col), item, task, doc))
+        bench = None
+        if joint:
+            bench, _, item = item.partition("::")
+        task, doc = (harness_task or {}).get(item) or harness_location(bench or benchmark, item)
+        anchors.append(AnchorInfo(pos, int(col), item, task, doc, bench))
     return anchors
 
 
@@ -173,7 +181,8 @@ def save_predictor(folder: str | Path, *, estimator: AnchorEstimator, benchmark:
         "method": estimator.method,
         "k": len(anchors),
         "item_ids": list(item_ids),
-        "anchors": [a.__dict__ for a in anchors],
+        # "benchmark" only for joint predictors: single-benchmark files stay exactly as before
+        "anchors": [{k: v for k, v in a.__dict__.items() if not (k == "benchmark" and v is None)} for a in anchors],
         "train_models": train_models,
         "calibration": calibration,
         "extra": extra or {},

@@ -2,6 +2,10 @@
 
 Each command module exposes ``register(subparsers)`` which adds its parser and sets
 ``func(args) -> int`` (the exit code), so commands stay in small modules of their own.
+
+Only the module of the command being run is imported: ``sparseeval --help`` imports none (it lists
+the one-line summaries below), ``sparseeval ingest`` never imports torch or scikit-learn. That keeps
+light commands under a second instead of the ~5 s a full import of the fitting stack costs.
 """
 
 from __future__ import annotations
@@ -12,33 +16,58 @@ import logging
 import sys
 from collections.abc import Sequence
 
-#: command modules, in the order ``--help`` lists them
-COMMAND_MODULES = ("ingest", "evaluate", "fit", "export", "predict", "compare", "doctor")
+#: command -> one-line summary, in the order ``--help`` lists them (each module's parser repeats it)
+COMMANDS: dict[str, str] = {
+    "ingest": "ingest result files or folders (long tables, lm-eval output, lighteval, leaderboard details)",
+    "evaluate": "compare anchor methods on held-out models",
+    "fit": "fit, calibrate and save a predictor for one benchmark",
+    "export": "export anchors for lm-eval (--samples) or as CSV",
+    "predict": "predict full-benchmark scores from anchor answers",
+    "next": "adaptive anchors: what to run next, or whether the interval is narrow enough",
+    "compare": "paired comparison of two models from their anchor answers",
+    "sql": "query the store read-only (views, CSV/JSON/parquet output, interactive prompt)",
+    "doctor": "check the store and its snapshot; --repair fixes the snapshot",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The sub-command named on the command line (the first word that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with ``command``'s module registered in full and the others as summaries only."""
     parser = argparse.ArgumentParser(
         prog="sparseeval",
         description="Estimate full-benchmark scores of language models from a few anchor items.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"sparseeval.commands.{name}")
-        except ModuleNotFoundError as exc:  # a command still being built must not break the others
-            if exc.name != f"sparseeval.commands.{name}":
-                raise
-            continue
-        module.register(sub)
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, summary in COMMANDS.items():
+        if name == command:
+            try:
+                module = importlib.import_module(f"sparseeval.commands.{name}")
+            except ModuleNotFoundError as exc:  # listed but not installed in this build
+                if exc.name != f"sparseeval.commands.{name}":
+                    raise
+                sub.add_parser(name, help=summary)
+                continue
+            module.register(sub)
+        else:
+            sub.add_parser(name, help=summary, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _chosen(argv)
+    parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if not hasattr(args, "func"):  # a summary-only parser: the command's module is missing
+        parser.error(f"command {args.command!r} is not available in this build")
     return int(args.func(args) or 0)
 
 

@@ -59,7 +59,15 @@ import sparseeval
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = Path(sparseeval.__file__).resolve().parents[1] / "sql"
+def _sql_dir() -> Path:
+    """The DDL and views: inside the installed package (a wheel ships ``sql/`` as ``sparseeval/sql``),
+    else the source checkout's top-level ``sql/`` (editable installs and the repository itself)."""
+    package = Path(sparseeval.__file__).resolve().parent
+    installed = package / "sql"
+    return installed if (installed / "schema.sql").is_file() else package.parent / "sql"
+
+
+SQL_DIR = _sql_dir()
 
 #: storage format of new database files (and so of their snapshot): readable by DuckDB >= 1.4
 STORAGE_VERSION = "v1.4.0"
