@@ -10,30 +10,22 @@ stores nothing for them.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import dagster as dg
 import numpy as np
 
+from sparseeval.atomic import atomic_write
 from sparseeval.matrix import ResponseMatrix
 
 
 def save_matrix(matrix: ResponseMatrix, path: Path) -> None:
     """Atomically write ``matrix`` as one ``.npz`` (no pickled objects: ``allow_pickle=False`` reads it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     names = json.dumps({"benchmark": matrix.benchmark, "models": matrix.models, "items": matrix.items,
                         "score_source": matrix.score_source, "dropped_models": matrix.dropped_models})
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
-    try:
-        np.savez_compressed(tmp, values=matrix.values, observed=matrix.observed, scores=matrix.scores,
-                            names=np.frombuffer(names.encode("utf-8"), dtype=np.uint8))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write(path, lambda tmp: np.savez_compressed(
+        tmp, values=matrix.values, observed=matrix.observed, scores=matrix.scores,
+        names=np.frombuffer(names.encode("utf-8"), dtype=np.uint8)), suffix=".npz")
 
 
 def load_matrix(path: Path) -> ResponseMatrix:

@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from sparseeval.atomic import atomic_write
+
 #: default benchmarks and their full item-pool sizes (about 600 models x 1,500 items in all: the
 #: whole pipeline runs on it in a few minutes on two CPU cores)
 DEFAULT_BENCHMARKS: dict[str, int] = {
@@ -273,8 +275,6 @@ def write_leaderboard(lb: SyntheticLeaderboard, folder: str | Path) -> dict[str,
     out: dict[str, Path] = {}
     for name, frame in (("responses", lb.responses), ("scores", lb.scores), ("models", lb.models)):
         path = folder / f"{name}.parquet"
-        tmp = folder / f".{name}.parquet.tmp"
-        frame.write_parquet(tmp, compression="zstd")
-        tmp.replace(path)
+        atomic_write(path, lambda tmp, frame=frame: frame.write_parquet(tmp, compression="zstd"))
         out[name] = path
     return out
