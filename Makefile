@@ -1,6 +1,7 @@
 # sparseeval: two commands on a fresh machine.
 #   make run    install into .venv, then run the whole pipeline on the embedded synthetic leaderboard
 #   make test   install into .venv (with test extras), then ruff + the whole test suite
+#   make test-fast   ruff + the tests not marked slow (under a minute: the inner loop)
 # torch is installed first and pinned: an unpinned torch pulled in by another package would be a
 # multi-GB CUDA build.
 
@@ -11,7 +12,8 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run test lint ui mlflow-ui clean bench-accuracy bench-speed bench-ingest bench-coverage
+.PHONY: install run test test-fast lint ui mlflow-ui clean bench-accuracy bench-speed bench-ingest bench-coverage \
+	bench-refresh
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -32,6 +34,10 @@ run: install $(DAGSTER_HOME)/dagster.yaml
 test: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
+
+test-fast: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -m "not slow" -q
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -55,6 +61,9 @@ bench-ingest: install
 
 bench-coverage: install
 	$(PY) bench/coverage.py
+
+bench-refresh: install
+	$(PY) bench/refresh.py --quick
 
 clean:
 	rm -rf data .dagster_home

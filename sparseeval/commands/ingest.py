@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sparseeval.progress import progress_bar
 from sparseeval.store import IngestReport, PublishInterrupted, Store, StoreError, default_db_path
 
 _LABELS = {"ok": "stored", "partial": "PARTIAL", "skipped": "skipped", "refused": "REFUSED",
@@ -61,7 +62,8 @@ def format_report(report: IngestReport) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     try:
         store = Store(args.db or default_db_path())
-        report = store.ingest(args.paths)
+        with progress_bar("ingest", unit="unit") as tick:
+            report = store.ingest(args.paths, progress=lambda entry: tick(f"{entry.status} {Path(entry.file).name}"))
     except PublishInterrupted:
         print("interrupted after the unit in progress was stored: its snapshot will be refreshed by the next "
               "write or `sparseeval doctor --repair`; no further unit was read", file=sys.stderr)

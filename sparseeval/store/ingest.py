@@ -108,8 +108,11 @@ def _format_of(path: Path, parsed: ParsedResults | None) -> str:
 class Ingesting(Connections):
     """The ingest half of the store."""
 
-    def ingest(self, paths: str | Path | Iterable[str | Path], reader: Reader | None = None) -> IngestReport:
+    def ingest(self, paths: str | Path | Iterable[str | Path], reader: Reader | None = None, *,
+               progress: Callable[[FileReport], None] | None = None) -> IngestReport:
         """Ingest files and folders; each unit is its own transaction (see the module docstring).
+
+        ``progress`` is called with each unit's report as soon as it is done (the CLI's progress bar).
 
         Ctrl-C stops the whole ingest: the unit in progress is rolled back and recorded as
         ``interrupted``, no further unit is read, and KeyboardInterrupt propagates.
@@ -119,11 +122,12 @@ class Ingesting(Connections):
         report = IngestReport()
         remove_stale_pins(self._pin_dir)
         with self.publishing_once():  # one snapshot copy per ingest, not one per unit
-            self._ingest_paths(paths, reader, report)
+            self._ingest_paths(paths, reader, report, progress)
         report.publish_error = self.last_publish_error if self.snapshot else None
         return report
 
-    def _ingest_paths(self, paths: Iterable[str | Path], reader: Reader | None, report: IngestReport) -> None:
+    def _ingest_paths(self, paths: Iterable[str | Path], reader: Reader | None, report: IngestReport,
+                      progress: Callable[[FileReport], None] | None) -> None:
         for path in paths:
             path = Path(path)
             if not path.exists() and not path.is_symlink():
@@ -140,6 +144,8 @@ class Ingesting(Connections):
             for unit in units:
                 entry = self._ingest_unit(unit, reader or default_reader)
                 report.files.append(entry)
+                if progress is not None:
+                    progress(entry)
                 if entry.status == "interrupted":
                     raise KeyboardInterrupt
 
