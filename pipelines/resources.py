@@ -7,6 +7,7 @@ environment, and its value is read when the run starts); an unset one takes the 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,6 @@ from sparseeval.tracking import TrackingConfig
 def _env_or(name: str, default: Any) -> Any:
     """``dg.EnvVar`` for a setting whose variable is set, else its default value."""
     setting = defaults.SETTINGS[name]
-    import os
-
     if os.environ.get(setting.env):
         return dg.EnvVar.int(setting.env) if isinstance(default, int) and not isinstance(default, bool) \
             else dg.EnvVar(setting.env)
@@ -111,8 +110,7 @@ def default_resources() -> dict[str, Any]:
     root = defaults.data_dir()
     return {
         "store": StoreResource(path=_env_or("db", str(defaults.db_path()))),
-        "tracking": TrackingResource(data_dir=str(root),
-                                     tracking_uri=dg.EnvVar("MLFLOW_TRACKING_URI") if _mlflow_uri_set() else None),
+        "tracking": TrackingResource(data_dir=str(root), tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or None),
         "source": SourceResource(path=_env_or("source", ""), data_dir=str(root)),
         "settings": SettingsResource(
             k=_env_or("k", defaults.DEFAULT_K),
@@ -123,12 +121,12 @@ def default_resources() -> dict[str, Any]:
             compare_seeds=_env_or("compare_seeds", int(defaults.SETTINGS["compare_seeds"].default)),
             compare_ks=_env_or("compare_ks", defaults.SETTINGS["compare_ks"].default),
             predictor_dir=_env_or("predictors", str(defaults.predictor_dir())),
+            # floats: read once here (dg.EnvVar carries strings and ints only)
+            alpha=float(defaults.SETTINGS["alpha"].get()),
+            challenger_margin=float(defaults.SETTINGS["challenger_margin"].get()),
+            challenger_min_days=float(defaults.SETTINGS["challenger_min_days"].get()),
+            coverage_tolerance=float(defaults.SETTINGS["coverage_tolerance"].get()),
         ),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }
 
-
-def _mlflow_uri_set() -> bool:
-    import os
-
-    return bool(os.environ.get("MLFLOW_TRACKING_URI"))
