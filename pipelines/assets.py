@@ -16,6 +16,7 @@ Thin: each asset moves data between the library and the stores; algorithms live 
 """
 
 
+import base64
 import json
 import shutil
 import tempfile
@@ -47,6 +48,12 @@ PUBLISH_CHECKS = ("beats_random_linear", "coverage_near_nominal", "anchors_valid
 def _markdown(frame: pl.DataFrame) -> str:
     head = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
     return head + "\n".join("| " + " | ".join(str(v) for v in row) + " |" for row in frame.iter_rows())
+
+
+def _image(path: Path, title: str) -> dg.MetadataValue:
+    """A PNG shown in the asset's page (markdown with the image inlined: no file server needed)."""
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return dg.MetadataValue.md(f"![{title}](data:image/png;base64,{data})")
 
 
 def _listing(rows: list[tuple[str, str]]) -> dg.MetadataValue:
@@ -289,6 +296,8 @@ def champion(context: dg.AssetExecutionContext, store: StoreResource, tracking: 
         else:
             db.update_anchor_set(row["anchor_set_id"], registry_version=version, mlflow_run_id=run_id)
     champ = published["champion"]
+    context.log.info("%s: published anchor set #%s (K=%d, held-out MAE %.2f points) as champion, registry version %s",
+                     bench, champ["anchor_set_id"], chosen["k"], chosen["test_mae"], champ["registry_version"])
     return dg.MaterializeResult(metadata={
         "decision": f"published anchor set #{champ['anchor_set_id']} as champion (registry version "
                     f"{champ['registry_version']}; previous champion #{champ['previous']})",
@@ -347,12 +356,17 @@ def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
         plot = plot_mae_vs_k(summary, Path(tmp) / f"mae_vs_k_{matrix.benchmark}.png")
         run_id = log_comparison(tracking.config(), benchmark=matrix.benchmark, rows=frame.to_dicts(),
                                 plot_path=plot, tags={"dagster.run_id": context.run_id})
+        picture = _image(plot, f"MAE vs K, {matrix.benchmark}")
     db.save_evaluations(frame.with_columns(pl.lit(run_id).alias("mlflow_run_id"),
                                            pl.lit(version).alias("data_version")))
     table = summary.select("method", "k", "seeds", pl.col("mae_mean").round(2), pl.col("mae_sd").round(2),
                            pl.col("tau_mean").round(3), pl.col("seconds_mean").round(2))
+    best = table.sort("mae_mean").row(0, named=True)
+    context.log.info("%s: best method %s at K=%d, MAE %.2f points (%d runs compared)", matrix.benchmark,
+                     best["method"], best["k"], best["mae_mean"], frame.height)
     return dg.MaterializeResult(metadata={"runs": frame.height, "mlflow_run_id": run_id, "data_version": version,
-                                          "summary": dg.MetadataValue.md(_markdown(table))})
+                                          "method_ranking": dg.MetadataValue.md(_markdown(table.sort("k", "mae_mean"))),
+                                          "mae_vs_k": picture})
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"duckdb"}, owners=OWNERS,
