@@ -42,7 +42,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Estimate full-benchmark scores of language models from a few anchor items.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    parser.add_argument("-q", "--quiet", action="store_true", help="errors only: no progress, no warnings")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, summary in COMMANDS.items():
         if name == command:
@@ -64,8 +64,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = _chosen(argv)
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(argv)
-    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # the command's own output is its table; library logs are for -v. Progress lines (the plain
+    # stand-in for a progress bar when stderr is not a terminal) show unless --quiet.
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not args.quiet and not args.verbose:
+        logging.getLogger("sparseeval.progress").setLevel(logging.INFO)
+    if args.quiet:
+        logging.getLogger().setLevel(logging.ERROR)
     if not hasattr(args, "func"):  # a summary-only parser: the command's module is missing
         parser.error(f"command {args.command!r} is not available in this build")
     return int(args.func(args) or 0)

@@ -14,7 +14,7 @@ log = logging.getLogger("sparseeval.progress")
 def progress_bar(desc: str, *, total: int | None = None, unit: str = "step") -> Iterator[Callable[[str], None]]:
     """Yield ``tick(note)``: advances a tqdm bar on stderr when it is a terminal (and logging is not
     quieted to warnings), else logs one INFO line per step, which ``--quiet`` silences."""
-    if sys.stderr.isatty() and logging.getLogger().getEffectiveLevel() <= logging.INFO:
+    if sys.stderr.isatty() and log.getEffectiveLevel() <= logging.INFO:
         from tqdm import tqdm
 
         with tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False) as bar:
