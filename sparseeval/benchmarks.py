@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from sparseeval.errors import UserError
+
 #: canonical name -> spellings seen in lm-evaluation-harness, leaderboard details and papers.
 LEADERBOARD_ALIASES: dict[str, tuple[str, ...]] = {
     "arc": ("arc", "arc_challenge", "arc-challenge", "arc:challenge", "ai2_arc", "harness|arc:challenge"),
@@ -115,7 +117,7 @@ _ALIAS_TO_CANONICAL = {alias.lower(): canonical for canonical, aliases in LEADER
                        for alias in aliases}
 
 
-class BenchmarkNameError(ValueError):
+class BenchmarkNameError(UserError, ValueError):
     """A benchmark name that cannot name anything: empty, blank or with control characters."""
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from sparseeval.errors import UserError
+
 
 @dataclass(frozen=True)
 class ResponseMatrix:
@@ -59,7 +61,7 @@ class ResponseMatrix:
         return out
 
 
-class EmptyMatrixError(ValueError):
+class EmptyMatrixError(UserError, ValueError):
     """No usable model (with a target score) or no item for the benchmark."""
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import polars as pl
 
+from sparseeval.errors import UserError
+
 #: canonical columns and dtypes of ParsedResults.responses
 RESPONSES_SCHEMA: dict[str, pl.DataType] = {
     "model": pl.String(),
@@ -49,7 +51,7 @@ MODELS_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-class InputError(ValueError):
+class InputError(UserError, ValueError):
     """Refused input. The message always names the file and the problem (and line/column if known)."""
 
     def __init__(self, path: str | Path, problem: str, *, line: int | None = None,

@@ -56,6 +56,7 @@ import duckdb
 import polars as pl
 
 import sparseeval
+from sparseeval.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def default_db_path() -> Path:
     return settings.db_path()
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError, RuntimeError):
     """A problem with the store itself (not with an input file); its message is one line for the user."""
 
 
