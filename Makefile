@@ -13,7 +13,7 @@ export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install run test test-fast lint ui mlflow-ui clean bench-accuracy bench-speed bench-ingest bench-coverage \
-	bench-refresh
+	bench-refresh bench-ui bench-sql-start
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -46,6 +46,7 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 mlflow-ui: install
+	@echo "runs page: http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning"
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow ui \
 	  --backend-store-uri sqlite:///$(SPARSEEVAL_DATA_DIR)/mlflow.db \
 	  --default-artifact-root $(SPARSEEVAL_DATA_DIR)/mlartifacts -h 127.0.0.1 -p 5000
@@ -64,6 +65,13 @@ bench-coverage: install
 
 bench-refresh: install
 	$(PY) bench/refresh.py --quick
+
+# screenshots of the Dagster and MLflow UIs after `make run` (needs Debian's chromium) -> docs/screens/
+bench-ui: install $(DAGSTER_HOME)/dagster.yaml
+	$(PY) bench/ui_screens.py
+
+bench-sql-start: install
+	$(PY) bench/sql_start.py
 
 clean:
 	rm -rf data .dagster_home

@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Self
 
@@ -27,6 +28,8 @@ from sparseeval.tracking import (
     log_evaluation_run,
     register_predictor,
     registered_model_name,
+    runs_page_url,
+    tracked_run,
 )
 
 _TEST_METHOD = "_test_weighted_mean"
@@ -248,3 +251,133 @@ def test_register_published_predictor_folder(cfg: TrackingConfig, tmp_path: Path
     (copy / "predictor.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="hash"):
         load_estimator_from_folder(copy)
+
+
+# --- runs that wrap a refresh step: dataset input, plots, duration, registry descriptions ------------
+
+def _matrix(n_models: int = 120, n_items: int = 30, seed: int = 0):
+    """A real ResponseMatrix with a latent ability, so a 5-anchor predictor is informative."""
+    from sparseeval.matrix import ResponseMatrix
+
+    rng = np.random.default_rng(seed)
+    ability = rng.normal(size=n_models)
+    difficulty = rng.normal(size=n_items)
+    values = (rng.random((n_models, n_items)) < 1 / (1 + np.exp(difficulty - ability[:, None]))).astype(np.float32)
+    return ResponseMatrix(benchmark="arc", models=[f"org/m{i}" for i in range(n_models)],
+                          items=[f"q{j}" for j in range(n_items)], values=values,
+                          observed=np.ones_like(values, dtype=bool), scores=values.mean(axis=1))
+
+
+@pytest.mark.slow
+def test_tracked_run_wraps_the_work_with_dataset_plots_and_metrics(cfg: TrackingConfig, tmp_path: Path,
+                                                                   estimator_cls) -> None:
+    from types import SimpleNamespace
+
+    from sparseeval.plots import (
+        coverage_by_level,
+        heldout_intervals,
+        plot_coverage_by_level,
+        plot_predicted_vs_true,
+    )
+
+    matrix = _matrix()
+    split = SimpleNamespace(train=np.arange(60), val=np.arange(0), test=np.arange(60, 120))
+    store_file = tmp_path / "store" / "sparseeval.duckdb"
+    with tracked_run(cfg, "candidate", benchmark="arc", params={"k": 5, "method": _TEST_METHOD},
+                     tags={"dagster.run_id": "dagster-123"}) as run:
+        run.log_matrix(matrix, source=store_file, digest="120-00000000deadbeef")
+        est = estimator_cls(k=5).fit(matrix.values[split.train], matrix.scores[split.train])
+        held = heldout_intervals(matrix, split, est, alpha=0.1, seed=0)
+        levels = coverage_by_level(matrix, split, est, seed=0)
+        plots = [plot_predicted_vs_true(held, tmp_path / "predicted_vs_true.png", title="arc"),
+                 plot_coverage_by_level(levels, tmp_path / "coverage_by_level.png", n_models=len(held.true))]
+        for plot in plots:
+            run.log_artifact(plot, "plots")
+        run.log_metrics({"test_mae": held.mae_points, "coverage": held.coverage, "undefined": math.nan})
+        run.log_params({"k": 5})  # the same value again is fine
+        rows = [{"method": m, "k": k, "seed": s, "mae": mae + s * 0.1, "tau": 0.8}
+                for m, mae in (("sparseeval", 1.0), ("random", 2.0)) for k in (5, 10) for s in (0, 1)]
+        log_comparison(cfg, benchmark="arc", rows=rows, run_id=run.run_id, plots=[plots[0]])
+        log_evaluation_run(cfg, benchmark="arc", method=_TEST_METHOD, k=5, seed=0, params={"k": 5},
+                           metrics={"mae": held.mae_points}, anchors=[], run_id=run.run_id)
+        time.sleep(0.05)  # the step's work takes time: the run's duration must show it
+        run_id = run.run_id
+        assert cfg.client().get_run(run_id).info.status == "RUNNING"
+
+    client = cfg.client()
+    exp_id = ensure_experiment(cfg)
+    assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert runs_page_url(cfg, "http://h:1/") == f"http://h:1/#/experiments/{exp_id}/runs?workflowType=machine_learning"
+    assert [r.info.run_id for r in client.search_runs([exp_id])] == [run_id]  # everything went into one run
+    got = client.get_run(run_id)
+    assert got.info.status == "FINISHED" and got.info.run_name == "arc/candidate"
+    assert got.info.end_time - got.info.start_time >= 50
+    assert got.data.tags["sparseeval.step"] == "candidate" and got.data.tags["dagster.run_id"] == "dagster-123"
+    assert got.data.tags["sparseeval.kind"] == "refresh"  # log_evaluation_run did not relabel the run
+    assert got.data.params["k"] == "5" and got.data.params["method"] == _TEST_METHOD
+    # dataset input: digest, rows, source
+    (inp,) = got.inputs.dataset_inputs
+    assert inp.dataset.name == "response_matrix/arc" and inp.dataset.digest == "120-00000000deadbeef"
+    assert json.loads(inp.dataset.source)["uri"] == store_file.resolve().as_uri()
+    profile = json.loads(inp.dataset.profile)
+    assert (profile["num_rows"], profile["num_items"]) == (120, 30)
+    assert {t.key: t.value for t in inp.tags}["mlflow.data.context"] == "training"
+    # metrics: one key per (method, K), means over seeds; NaN never logged
+    m = got.data.metrics
+    assert m["mae/sparseeval/k5"] == pytest.approx(1.05) and m["mae/random/k10"] == pytest.approx(2.05)
+    assert m["best_mae/k10"] == pytest.approx(1.05) and m["test_mae"] == pytest.approx(held.mae_points)
+    assert "undefined" not in m
+    # plots
+    names = {a.path for a in client.list_artifacts(run_id, "plots")}
+    assert names == {"plots/predicted_vs_true.png", "plots/coverage_by_level.png"}
+    for plot in plots:
+        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 5000
+    assert {a.path for a in client.list_artifacts(run_id)} >= {"comparison.csv", "comparison.json", "plots"}
+    # the plotted numbers: cross-fitted intervals, coverage rising with the level
+    assert held.true.shape == held.predicted.shape == (60,) and np.all(held.lower <= held.upper)
+    cov = [levels[lv] for lv in sorted(levels)]
+    assert cov == sorted(cov) and levels[0.9] == pytest.approx(held.coverage) and levels[0.95] >= 0.75
+
+
+def test_tracked_run_failure_is_recorded_and_raised(cfg: TrackingConfig) -> None:
+    with pytest.raises(RuntimeError, match="boom"), tracked_run(cfg, "champion", benchmark="gsm8k") as run:
+        run.log_metrics({"test_mae": 2.0})
+        raise RuntimeError("boom")
+    (got,) = cfg.client().search_runs([ensure_experiment(cfg)])
+    assert got.info.run_id == run.run_id and got.info.status == "FAILED" and got.data.metrics["test_mae"] == 2.0
+
+
+@pytest.mark.slow
+def test_registered_model_has_description_tags_and_alias(cfg: TrackingConfig, tmp_path: Path,
+                                                         estimator_cls) -> None:
+    from sparseeval.artifact import save_predictor
+
+    rng = np.random.default_rng(2)
+    Y = (rng.random((60, 12)) < 0.5).astype(np.float32)
+    est = estimator_cls(k=4).fit(Y, Y.mean(axis=1))
+    folder = tmp_path / "published"
+    save_predictor(folder, estimator=est, benchmark="mmlu", item_ids=[str(i) for i in range(12)],
+                   train_models={"count": 60},
+                   calibration={"alpha": 0.1, "mode": "binomial", "n_calibration": 30,
+                                "calibration_mae_points": 1.5, "mean_halfwidth_points": 3.25},
+                   extra={"settings": {"n_shot": 5, "metric": "acc", "filter": None}})
+    with tracked_run(cfg, "champion", benchmark="mmlu") as run:
+        v1 = register_predictor(cfg, benchmark="mmlu", predictor_dir=folder, run_id=run.run_id,
+                                tags={"data_version": "60-abc"})
+        v2 = register_predictor(cfg, benchmark="mmlu", predictor_dir=folder, run_id=run.run_id,
+                                alias="challenger", artifact_path="challenger_model")
+    client = cfg.client()
+    name = registered_model_name("mmlu")
+    model = client.get_registered_model(name)
+    assert "champion" in model.description and "mmlu" in model.description
+    assert {k: model.tags.get(k) for k in ("benchmark", "k", "method", "interval_level", "settings.n_shot",
+                                           "settings.metric")} == {
+        "benchmark": "mmlu", "k": "4", "method": _TEST_METHOD, "interval_level": "0.9", "settings.n_shot": "5",
+        "settings.metric": "acc"}
+    assert "settings.filter" not in model.tags
+    assert {k: str(v) for k, v in model.aliases.items()} == {"champion": v1, "challenger": v2}
+    version = client.get_model_version(name, v1)
+    assert "K = 4" in version.description and "90%" in version.description and "n_shot=5" in version.description
+    assert version.tags["data_version"] == "60-abc" and version.tags["registered_as"] == "champion"
+    assert version.tags["content_hash"].startswith("sha256:")
+    assert client.get_model_version(name, v2).source.endswith("/challenger_model")
