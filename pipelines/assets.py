@@ -35,10 +35,11 @@ from sparseeval.artifact import load_predictor
 from sparseeval.champion import baseline_mae, crossfit_coverage, decide, refit_on_anchors
 from sparseeval.evaluation import fit_on_split, results_frame, run_protocol, split_for_seed, summarize
 from sparseeval.matrix import EmptyMatrixError, ResponseMatrix, build_matrix
+from sparseeval.plots import coverage_by_level, heldout_intervals, plot_coverage_by_level, plot_predicted_vs_true
 from sparseeval.report import plot_mae_vs_k
 from sparseeval.scoring import artifact_from_fit, predict
 from sparseeval.sources import model_dates
-from sparseeval.tracking import log_comparison, log_evaluation_run, register_predictor
+from sparseeval.tracking import log_comparison, log_evaluation_run, register_predictor, tracked_run
 
 GROUP = "sparseeval"
 OWNERS = ["team:sparseeval"]
@@ -177,7 +178,7 @@ def _fit_version(matrix: ResponseMatrix, split: Any, est: Any, settings: Setting
                       "and each predictor saved as a version. Blocking checks decide whether the proposed one "
                       "may be published. Unchanged data and settings: nothing is refit.")
 def candidate(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
-              settings: SettingsResource):
+              settings: SettingsResource, tracking: TrackingResource):
     matrix, db = response_matrix, store.store()
     bench = matrix.benchmark
     version = db.data_version(bench)
@@ -194,6 +195,19 @@ def candidate(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix
         for name in PUBLISH_CHECKS:
             yield dg.AssetCheckResult(check_name=name, passed=True, metadata={"skipped": reason})
         return
+    with tracked_run(tracking.config(), "candidate", benchmark=bench,
+                     params={"k": k, "method": settings.method, "seed": settings.seed, "split": settings.split_policy,
+                             "alpha": settings.alpha, "data_version": version},
+                     tags={"dagster.run_id": context.run_id, "data_version": version}) as run:
+        run.log_matrix(matrix, source=db.path, digest=version)
+        yield from _candidate_fit(context, matrix, db, store, settings, run, version, k, champion, same_setup)
+
+
+def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db: Any, store: StoreResource,
+                   settings: SettingsResource, run: Any, version: str, k: int, champion: dict[str, Any] | None,
+                   same_setup: bool):
+    """The fitting body of :func:`candidate`, inside its MLflow run (which records its real duration)."""
+    bench = matrix.benchmark
     split = split_for_seed(matrix, settings.seed, settings.protocol(), _dates(store, matrix, settings.split_policy))
     t0 = time.perf_counter()
     selected_est = fit_on_split(matrix, split, settings.method, k, settings.seed, device=settings.device)
@@ -201,6 +215,7 @@ def candidate(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix
     baseline = baseline_mae(matrix, split, k, settings.seed, device=settings.device)
     selected = _fit_version(matrix, split, selected_est, settings, store, "selected", version, baseline, seconds)
     proposed, challenger, decision = selected, None, "first publication: the selected anchors"
+    refit_est = None
     if same_setup:
         try:
             t1 = time.perf_counter()
@@ -240,6 +255,17 @@ def candidate(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix
     if failed:
         decision += f"; NOT published: failed {', '.join(failed)} (the champion stays)"
     context.log.info("%s: %s", bench, decision)
+    proposed_est = selected_est if proposed is selected else refit_est
+    cover = coverage_by_level(matrix, split, proposed_est, seed=settings.seed)
+    run.log_metrics({"test_mae": proposed["mae"], "random_linear_mae": baseline, "coverage": coverage,
+                     "selection_seconds": seconds, **{f"coverage/level_{lv:g}": v for lv, v in cover.items()}})
+    run.set_tags({"decision": decision[:250], "proposed_anchor_set": proposed["anchor_set_id"]})
+    with tempfile.TemporaryDirectory() as tmp:
+        held = heldout_intervals(matrix, split, proposed_est, alpha=settings.alpha, seed=settings.seed)
+        run.log_artifact(plot_predicted_vs_true(held, Path(tmp) / "predicted_vs_true.png",
+                                                title=f"{bench}: held-out models"), "plots")
+        run.log_artifact(plot_coverage_by_level(cover, Path(tmp) / "coverage_by_level.png", title=bench,
+                                                n_models=len(split.test)), "plots")
     yield dg.MaterializeResult(metadata={
         "decision": decision, "proposed": proposed["anchor_set_id"],
         "challenger": challenger["anchor_set_id"] if challenger else None,
@@ -274,18 +300,11 @@ def champion(context: dg.AssetExecutionContext, store: StoreResource, tracking: 
     cfg = tracking.config()
     published: dict[str, Any] = {}
     challengers = [db.anchor_set(i) for i in db.anchor_sets_by_role(bench, "challenger", unregistered=True)]
+    with tracked_run(cfg, "champion", benchmark=bench, tags={"dagster.run_id": context.run_id}) as parent:
+        for role, row in [("champion", chosen), *[("challenger", c) for c in challengers]]:
+            published[role] = _register(cfg, bench, role, row, context.run_id, parent.run_id)
     for role, row in [("champion", chosen), *[("challenger", c) for c in challengers]]:
-        folder = Path(row["artifact_uri"])
-        artifact = load_predictor(folder)
-        run_id = log_evaluation_run(
-            cfg, benchmark=bench, method=row["method"], k=row["k"], seed=row["seed"],
-            params={"role": role, "origin": row["origin"], "data_version": row["data_version"],
-                    "n_train": row["n_train_models"], "content_hash": artifact.content_hash},
-            metrics={"test_mae": row["test_mae"], "random_linear_mae": row["baseline_mae"],
-                     **({"coverage": row["coverage"]} if row["coverage"] is not None else {})},
-            anchors=[{"position": i, "item_id": item} for i, item in enumerate(row["items"])],
-            predictor_state_path=folder, tags={"dagster.run_id": context.run_id, "role": role})
-        version = register_predictor(cfg, benchmark=bench, predictor_dir=folder, run_id=run_id, alias=role)
+        folder, version, run_id = Path(row["artifact_uri"]), *published[role]
         published[role] = {"anchor_set_id": row["anchor_set_id"], "registry_version": version, "run_id": run_id}
         if role == "champion":
             target = Path(settings.predictor_dir) / bench
@@ -305,6 +324,26 @@ def champion(context: dg.AssetExecutionContext, store: StoreResource, tracking: 
         "challenger": published.get("challenger", {}).get("anchor_set_id"),
         "test_mae_points": chosen["test_mae"], "folder": str(Path(settings.predictor_dir) / bench),
     })
+
+
+def _register(cfg: Any, bench: str, role: str, row: dict[str, Any], dagster_run_id: str,
+              parent_run_id: str) -> tuple[str, str]:
+    """One nested MLflow run per published predictor (champion, challenger) and its registry version."""
+    folder = Path(row["artifact_uri"])
+    artifact = load_predictor(folder)
+    with tracked_run(cfg, role, benchmark=bench, parent_run_id=parent_run_id,
+                     tags={"dagster.run_id": dagster_run_id, "role": role}) as run:
+        log_evaluation_run(
+            cfg, benchmark=bench, method=row["method"], k=row["k"], seed=row["seed"],
+            params={"role": role, "origin": row["origin"], "data_version": row["data_version"],
+                    "n_train": row["n_train_models"], "content_hash": artifact.content_hash},
+            metrics={"test_mae": row["test_mae"], "random_linear_mae": row["baseline_mae"],
+                     **({"coverage": row["coverage"]} if row["coverage"] is not None else {})},
+            anchors=[{"position": i, "item_id": item} for i, item in enumerate(row["items"])],
+            predictor_state_path=folder, tags={"dagster.run_id": dagster_run_id, "role": role}, run_id=run.run_id)
+        version = register_predictor(cfg, benchmark=bench, predictor_dir=folder, run_id=run.run_id, alias=role,
+                                     tags={"data_version": row["data_version"], "anchor_set_id": row["anchor_set_id"]})
+    return version, run.run_id
 
 
 def _publish_folder(version: Path, target: Path) -> None:
@@ -346,17 +385,24 @@ def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
         row = db.anchor_set(selected[-1])
         fit_seconds = float(json.loads(row["params"] or "{}").get("fit_seconds", 0.0))
         fitted[(row["method"], row["k"], row["seed"])] = (load_predictor(row["artifact_uri"]).estimator, fit_seconds)
-    results = run_protocol(matrix, settings.methods(), ks, seeds, config=settings.protocol(),
-                           device=settings.device, dates=_dates(store, matrix, settings.split_policy), fitted=fitted,
-                           progress=lambda r: context.log.info("%s %s k=%d seed=%d: MAE %.2f tau %.3f",
-                                                               r.benchmark, r.method, r.k, r.seed, r.mae, r.tau))
-    frame = results_frame(results)
-    summary = summarize(results)
-    with tempfile.TemporaryDirectory() as tmp:
-        plot = plot_mae_vs_k(summary, Path(tmp) / f"mae_vs_k_{matrix.benchmark}.png")
-        run_id = log_comparison(tracking.config(), benchmark=matrix.benchmark, rows=frame.to_dicts(),
-                                plot_path=plot, tags={"dagster.run_id": context.run_id})
-        picture = _image(plot, f"MAE vs K, {matrix.benchmark}")
+    cfg = tracking.config()
+    with tracked_run(cfg, "evaluation", benchmark=matrix.benchmark,
+                     params={"methods": ",".join(settings.methods()), "ks": ",".join(map(str, ks)),
+                             "seeds": len(seeds), "split": settings.split_policy, "data_version": version},
+                     tags={"dagster.run_id": context.run_id, "data_version": version}) as run:
+        run.log_matrix(matrix, source=db.path, digest=version)
+        results = run_protocol(matrix, settings.methods(), ks, seeds, config=settings.protocol(),
+                               device=settings.device, dates=_dates(store, matrix, settings.split_policy),
+                               fitted=fitted,
+                               progress=lambda r: context.log.info("%s %s k=%d seed=%d: MAE %.2f tau %.3f",
+                                                                   r.benchmark, r.method, r.k, r.seed, r.mae, r.tau))
+        frame = results_frame(results)
+        summary = summarize(results)
+        with tempfile.TemporaryDirectory() as tmp:
+            plot = plot_mae_vs_k(summary, Path(tmp) / f"mae_vs_k_{matrix.benchmark}.png")
+            run_id = log_comparison(cfg, benchmark=matrix.benchmark, rows=frame.to_dicts(), plot_path=plot,
+                                    tags={"dagster.run_id": context.run_id}, run_id=run.run_id)
+            picture = _image(plot, f"MAE vs K, {matrix.benchmark}")
     db.save_evaluations(frame.with_columns(pl.lit(run_id).alias("mlflow_run_id"),
                                            pl.lit(version).alias("data_version")))
     table = summary.select("method", "k", "seeds", pl.col("mae_mean").round(2), pl.col("mae_sd").round(2),
