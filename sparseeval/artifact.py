@@ -24,6 +24,7 @@ import torch
 
 import sparseeval
 from sparseeval.benchmarks import HARNESS_TASKS, V2_GROUPS, split_variant
+from sparseeval.errors import UserError
 from sparseeval.methods.base import AnchorEstimator
 
 FORMAT = "sparseeval-predictor"
@@ -32,7 +33,7 @@ META_FILE = "predictor.json"
 STATE_FILE = "state.pt"
 
 
-class ArtifactError(ValueError):
+class ArtifactError(UserError, ValueError):
     """A predictor folder that cannot be loaded: missing files, wrong format, or tampered content."""
 
     def __init__(self, path: str | Path, problem: str) -> None:

@@ -17,6 +17,7 @@ Everything returned here is a plain JSON-able dict so the artifact can store and
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
@@ -169,8 +170,22 @@ def conditional_impute(X: np.ndarray, ood: dict[str, Any]) -> np.ndarray:
     return X.astype(np.float32)
 
 
+def _imputer(ood: dict[str, Any], cache: dict[bytes, np.ndarray] | None):
+    """``conditional_impute`` under ``ood``, memoised in ``cache`` (keyed by the rows' bytes) when given:
+    the outputs of a joint predictor share anchors, masks and imputations, so they impute once."""
+    def impute_rows(X: np.ndarray) -> np.ndarray:
+        if cache is None:
+            return conditional_impute(X, ood)
+        key = hashlib.sha1(np.ascontiguousarray(X, dtype=np.float32).tobytes()).digest()
+        if key not in cache:
+            cache[key] = conditional_impute(X, ood)
+        return cache[key]
+    return impute_rows
+
+
 def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, X_train: np.ndarray, *,
-              alpha: float = 0.1, seed: int = 0, ood_percentile: float = 99.0) -> dict[str, Any]:
+              alpha: float = 0.1, seed: int = 0, ood_percentile: float = 99.0,
+              cache: dict[bytes, np.ndarray] | None = None) -> dict[str, Any]:
     """Calibrate intervals and the OOD threshold of a fitted ``estimator``.
 
     ``X_cal``/``s_cal``: anchor answers (in anchor order) and true scores of calibration models
@@ -189,8 +204,9 @@ def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, 
     rng = np.random.default_rng(seed)
     fill = estimator.anchor_fill_ if estimator.anchor_fill_ is not None else np.full(k, 0.5, np.float32)
     ood = fit_ood(X_train, fill)
+    fill_gaps = _imputer(ood, cache)
     # predictions exactly as scoring makes them (gaps filled by conditional imputation)
-    pred_full = estimator.predict(conditional_impute(X_cal, ood))
+    pred_full = estimator.predict(fill_gaps(X_cal))
     resid_full = pred_full - s_cal
     mode = _choose_mode(pred_full, resid_full, alpha, rng)
 
@@ -199,7 +215,7 @@ def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, 
     q_pair: list[float] = []
     for m in range(k // 2 + 1):
         Xm = _mask_rows(X_cal, m, 1 if m == 0 else reps, rng)
-        pred = estimator.predict(conditional_impute(Xm, ood))
+        pred = estimator.predict(fill_gaps(Xm))
         resid = pred - np.tile(s_cal, Xm.shape[0] // n)
         q_missing.append(conformal_quantile(np.abs(resid) / scale_of(pred, mode), alpha))
         q_pair.append(_pair_quantile(resid[:n], alpha, rng))

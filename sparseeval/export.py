@@ -9,37 +9,49 @@ Several predictors merge into one file (one lm-eval run covers every benchmark).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import polars as pl
 
-from sparseeval.artifact import PredictorArtifact
+from sparseeval.adaptive import order_of
+from sparseeval.artifact import AnchorInfo, PredictorArtifact
+from sparseeval.atomic import atomic_write, atomic_write_text
 from sparseeval.benchmarks import default_n_shot, split_variant
 
 FORMATS = ("lm-eval", "csv")
 
 
-def lm_eval_samples(artifacts: Sequence[PredictorArtifact]) -> dict[str, list[int]]:
-    """Merged ``{task: sorted doc indices}`` of the predictors' anchors.
+def selected_anchors(art: PredictorArtifact, first: int | None = None) -> list[AnchorInfo]:
+    """All anchors (position order), or the first ``first`` of the predictor's adaptive order."""
+    if first is None:
+        return list(art.anchors)
+    if first < 1:
+        raise ValueError(f"--first must be at least 1, got {first}")
+    return [art.anchors[p] for p in order_of(art)[:first]]
+
+
+def lm_eval_samples(artifacts: Sequence[PredictorArtifact], first: int | None = None) -> dict[str, list[int]]:
+    """Merged ``{task: sorted doc indices}`` of the predictors' anchors (``first``: only the first N of
+    each predictor's adaptive order, the batch a new model runs before ``sparseeval next``).
 
     Refuses anchors with no harness location (an open-ended benchmark whose item ids are not
     doc indices): silently dropping them would make every prediction run short of anchors.
     """
     merged: dict[str, set[int]] = {}
     for art in artifacts:
-        unplaced = [a.item_id for a in art.anchors if a.task is None or a.doc_id is None]
+        anchors = selected_anchors(art, first)
+        unplaced = [a.item_id for a in anchors if a.task is None or a.doc_id is None]
         if unplaced:
             raise ValueError(f"predictor for {art.benchmark!r} has anchors without an lm-eval task/doc id "
                              f"({', '.join(unplaced[:5])}); export --format csv instead")
-        for a in art.anchors:
+        for a in anchors:
             merged.setdefault(a.task, set()).add(int(a.doc_id))  # type: ignore[arg-type]
     return {task: sorted(ids) for task, ids in sorted(merged.items())}
 
 
-def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str | Path) -> list[str]:
+def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str | Path,
+                     first: int | None = None) -> list[str]:
     """The ``lm_eval`` command(s) that answer the anchors under the predictors' training settings.
 
     The few-shot count is part of what the predictor learned (its benchmark variant: ``arc`` is the
@@ -50,49 +62,43 @@ def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str |
     """
     by_shots: dict[int, list[str]] = {}
     for art in artifacts:
-        base, shots, _ = split_variant(art.benchmark)
-        recorded = (art.extra.get("settings") or {}).get("n_shot")
-        shots = recorded if recorded is not None else default_n_shot(base) if shots is None else shots
-        tasks = by_shots.setdefault(shots, [])
-        tasks += [t for t in dict.fromkeys(a.task for a in art.anchors if a.task) if t not in tasks]
+        for bench in art.benchmarks:  # a joint predictor: each benchmark under its own settings
+            base, shots, _ = split_variant(bench)
+            settings = art.extra.get("settings") or {}
+            recorded = (settings.get(bench) or {}).get("n_shot") if art.is_joint else settings.get("n_shot")
+            shots = recorded if recorded is not None else default_n_shot(base) if shots is None else shots
+            tasks = by_shots.setdefault(shots, [])
+            tasks += [t for t in dict.fromkeys(a.task for a in selected_anchors(art, first)
+                                               if a.task and (a.benchmark or art.benchmark) == bench)
+                      if t not in tasks]
     return [f"lm_eval run --model hf --model_args pretrained=YOUR_MODEL --tasks {','.join(tasks)} "
             f"--num_fewshot {shots} --samples {samples_file} --log_samples --output_path RUN_DIR"
-            for shots, tasks in sorted(by_shots.items())]
+            for shots, tasks in sorted(by_shots.items()) if tasks]
 
 
-def anchor_table(artifacts: Sequence[PredictorArtifact]) -> pl.DataFrame:
+def anchor_table(artifacts: Sequence[PredictorArtifact], first: int | None = None) -> pl.DataFrame:
     """One row per anchor: benchmark, task, doc_id, item_id, position (in predictor input order)."""
     return pl.DataFrame(
-        [{"benchmark": art.benchmark, "task": a.task, "doc_id": a.doc_id, "item_id": a.item_id,
-          "position": a.position} for art in artifacts for a in art.anchors],
+        [{"benchmark": a.benchmark or art.benchmark, "task": a.task, "doc_id": a.doc_id, "item_id": a.item_id,
+          "position": a.position} for art in artifacts for a in selected_anchors(art, first)],
         schema={"benchmark": pl.String, "task": pl.String, "doc_id": pl.Int64, "item_id": pl.String,
                 "position": pl.Int64},
     )
 
 
-def _atomic_write(out: Path, write: Callable[[Path], object]) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def write_export(artifacts: Sequence[PredictorArtifact], fmt: str, out: str | Path) -> Path:
-    """Write the anchors of ``artifacts`` to ``out`` in ``fmt`` (atomically; same input, same bytes)."""
+def write_export(artifacts: Sequence[PredictorArtifact], fmt: str, out: str | Path, *,
+                 first: int | None = None) -> Path:
+    """Write the anchors of ``artifacts`` (``first``: the first N of each one's adaptive order) to
+    ``out`` in ``fmt`` (atomically; same input, same bytes)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
     if not artifacts:
         raise ValueError("nothing to export: no predictor given")
     out = Path(out)
     if fmt == "lm-eval":
-        text = json.dumps(lm_eval_samples(artifacts), indent=1) + "\n"
-        _atomic_write(out, lambda p: p.write_text(text))
+        text = json.dumps(lm_eval_samples(artifacts, first), indent=1) + "\n"
+        atomic_write_text(out, text)
     else:
-        table = anchor_table(artifacts)
-        _atomic_write(out, lambda p: table.write_csv(p))
+        table = anchor_table(artifacts, first)
+        atomic_write(out, lambda p: table.write_csv(p))
     return out

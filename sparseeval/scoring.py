@@ -15,17 +15,21 @@ import polars as pl
 
 import sparseeval.methods  # registers every method: fitting and loading predictors look them up by name
 from sparseeval import calibration as cal
+from sparseeval.adaptive import adaptive_info, is_prefix, order_of
 from sparseeval.artifact import PredictorArtifact, build_anchors, load_predictor
+from sparseeval.errors import UserError
 from sparseeval.evaluation import fit_on_split
 from sparseeval.matrix import ResponseMatrix, build_matrix
+from sparseeval.methods import make_estimator
 from sparseeval.methods.base import AnchorEstimator
+from sparseeval.methods.joint import JOINT_METHOD, MEAN, JointData, JointSparseEval, joint_data
 from sparseeval.splits import Split, make_split
 
 #: fraction of the fitting models the estimator may use for early stopping (never calibration)
 VAL_FRAC = 0.1
 
 
-class TooFewAnchorsError(ValueError):
+class TooFewAnchorsError(UserError, ValueError):
     """A model answered fewer than half of the anchors: no prediction is trustworthy enough."""
 
 
@@ -77,32 +81,66 @@ def anchor_matrix(artifact: PredictorArtifact, answers: pl.DataFrame) -> tuple[l
 
     Raises ``ValueError`` when the answers hold nothing for the benchmark or repeat an item.
     """
-    rows = answers.lazy().filter(pl.col("benchmark") == artifact.benchmark).select(
-        pl.col("model").cast(pl.String), pl.col("item_id").cast(pl.String), pl.col("score").cast(pl.Float32)
+    benches = artifact.benchmarks
+    rows = answers.lazy().filter(pl.col("benchmark").is_in(benches)).select(
+        pl.col("model").cast(pl.String), pl.col("benchmark").cast(pl.String), pl.col("item_id").cast(pl.String),
+        pl.col("score").cast(pl.Float32)
     ).collect()
     if rows.height == 0:
-        raise ValueError(f"the answers contain no results for benchmark {artifact.benchmark!r}")
-    dup = rows.select("model", "item_id").is_duplicated()
+        raise ValueError(f"the answers contain no results for benchmark {', '.join(map(repr, benches))}")
+    dup = rows.select("model", "benchmark", "item_id").is_duplicated()
     if dup.any():
-        m, item = rows.filter(dup).row(0)[:2]
-        raise ValueError(f"benchmark {artifact.benchmark!r}: model {m!r} answers item {item!r} twice "
+        m, bench, item = rows.filter(dup).row(0)[:3]
+        raise ValueError(f"benchmark {bench!r}: model {m!r} answers item {item!r} twice "
                          "(two answer files for the same model name?)")
     models = rows.get_column("model").unique(maintain_order=True).to_list()
     model_idx = pl.DataFrame({"model": models, "row": np.arange(len(models), dtype=np.int64)})
-    anchor_idx = pl.DataFrame({"item_id": artifact.anchor_item_ids,
+    anchor_idx = pl.DataFrame({"benchmark": [a.benchmark or artifact.benchmark for a in artifact.anchors],
+                               "item_id": artifact.anchor_item_ids,
                                "col": np.arange(artifact.k, dtype=np.int64)})
-    coded = rows.join(anchor_idx, on="item_id").join(model_idx, on="model")
+    coded = rows.join(anchor_idx, on=["benchmark", "item_id"]).join(model_idx, on="model")
     X = np.full((len(models), artifact.k), np.nan, dtype=np.float32)
     rows_i, cols_i = coded.get_column("row").to_numpy(), coded.get_column("col").to_numpy()
     X[rows_i, cols_i] = coded.get_column("score").to_numpy()
     return models, X
 
 
+def output_calibration(calibration: dict[str, Any], name: str) -> dict[str, Any]:
+    """The single-output calibration dict of output ``name`` of a joint predictor's calibration."""
+    shared = {key: v for key, v in calibration.items() if key != "outputs"}
+    return shared | calibration["outputs"][name]
+
+
+def prediction_outputs(artifact: PredictorArtifact) -> list[tuple[str, AnchorEstimator, dict[str, Any]]]:
+    """(benchmark name, single-output estimator, its calibration) per output of the predictor:
+    one for a single-benchmark predictor; every benchmark plus ``mean`` for a joint one."""
+    if not artifact.is_joint:
+        return [(artifact.benchmark, artifact.estimator, artifact.calibration)]
+    est = artifact.estimator
+    assert isinstance(est, JointSparseEval)
+    return [(name, est.output(name), output_calibration(artifact.calibration, name))
+            for name in [*artifact.benchmarks, MEAN]]
+
+
+def _short_rows(artifact: PredictorArtifact, X: np.ndarray) -> np.ndarray:
+    """Rows answering too little: fewer than half the anchors, unless what they answered is a prefix of
+    the predictor's adaptive order (the intervals are calibrated for exactly that prefix), and never
+    nothing at all."""
+    observed = ~np.isnan(X)
+    answered = observed.sum(axis=1)
+    need = (artifact.k + 1) // 2
+    adaptive = "adaptive" in artifact.extra
+    order = order_of(artifact)
+    return np.array([i for i in range(X.shape[0])
+                     if answered[i] == 0 or (answered[i] < need and not (adaptive and is_prefix(observed[i], order)))],
+                    dtype=np.int64)
+
+
 def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarray) -> list[Prediction]:
     k = artifact.k
     answered = (~np.isnan(X)).sum(axis=1)
     need = (k + 1) // 2
-    short = np.flatnonzero(answered < need)
+    short = _short_rows(artifact, X)
     if short.size:
         m = models[short[0]]
         missing = [a for a, v in zip(artifact.anchor_item_ids, X[short[0]], strict=True) if np.isnan(v)]
@@ -110,14 +148,33 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
             f"model {m!r} answered {int(answered[short[0]])} of {k} anchors of {artifact.benchmark!r}; "
             f"at least {need} are needed (missing item ids: {', '.join(missing[:10])}"
             f"{' ...' if len(missing) > 10 else ''})"
+            + ("; answer the anchors in the predictor's order (`sparseeval next`) to predict from fewer"
+               if "adaptive" in artifact.extra else "")
             + (f"; {short.size - 1} other model(s) are also short" if short.size > 1 else ""))
-    pred = artifact.estimator.predict(cal.conditional_impute(X, artifact.calibration["ood"]))
-    lower, upper = cal.interval(pred, cal.halfwidths(artifact.estimator, pred, ~np.isnan(X),
-                                                     artifact.calibration))
     ood_cfg = artifact.calibration["ood"]
     d2 = cal.ood_scores(X, ood_cfg)
     ood = d2 > ood_cfg["threshold"]
-    lo_train, hi_train = artifact.train_models.get("score_min"), artifact.train_models.get("score_max")
+    Xc = cal.conditional_impute(X, ood_cfg)
+    per_output = []
+    for name, est, calibration in prediction_outputs(artifact):
+        pred = est.predict(Xc)
+        lower, upper = cal.interval(pred, cal.halfwidths(est, pred, ~np.isnan(X), calibration))
+        lo_train = artifact.train_models.get("score_min")
+        hi_train = artifact.train_models.get("score_max")
+        if artifact.is_joint:
+            lo_train, hi_train = (artifact.train_models.get("score_range", {}).get(name) or [None, None])
+        per_output.append(_rows(artifact, name, models, pred, lower, upper, answered, ood, d2,
+                                (lo_train, hi_train)))
+    # per model: its benchmarks in order (a joint predictor's mean last)
+    return [rows[i] for i in range(len(models)) for rows in per_output]
+
+
+def _rows(artifact: PredictorArtifact, benchmark: str, models: list[str], pred: np.ndarray, lower: np.ndarray,
+          upper: np.ndarray, answered: np.ndarray, ood: np.ndarray, d2: np.ndarray,
+          train_range: tuple[float | None, float | None]) -> list[Prediction]:
+    k = artifact.k
+    ood_cfg = artifact.calibration["ood"]
+    lo_train, hi_train = train_range
     out = []
     for i, model in enumerate(models):
         warns = []
@@ -131,7 +188,7 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
         if lo_train is not None and hi_train is not None and not lo_train <= pred[i] <= hi_train:
             warns.append("prediction outside the training models' score range "
                          f"[{lo_train:.3f}, {hi_train:.3f}]")
-        out.append(Prediction(model=model, benchmark=artifact.benchmark, predicted=float(pred[i]),
+        out.append(Prediction(model=model, benchmark=benchmark, predicted=float(pred[i]),
                               lower=float(lower[i]), upper=float(upper[i]), n_anchors=int(answered[i]),
                               k=k, ood=bool(ood[i]), ood_score=float(d2[i]), warnings=tuple(warns)))
     return out
@@ -140,8 +197,10 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
 def predict(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.DataFrame) -> list[Prediction]:
     """Predict every model in ``answers`` (model, benchmark, item_id, score) on the artifact's benchmark.
 
-    Missing anchors are predicted from the rest with a wider interval; a model with fewer than
-    half of the anchors answered raises :class:`TooFewAnchorsError` naming it.
+    Missing anchors are predicted from the rest with an interval calibrated for exactly what was
+    answered; a model with fewer than half of the anchors answered raises :class:`TooFewAnchorsError`
+    naming it, unless its answers are a prefix of the predictor's adaptive order (``sparseeval next``).
+    A joint predictor (``sparseeval-joint``) returns one row per benchmark plus one for ``mean``.
     """
     artifact = _as_artifact(artifact_or_folder)
     models, X = anchor_matrix(artifact, answers)
@@ -156,6 +215,9 @@ def compare(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.Data
     models share (same anchors, same predictor) cancel instead of adding up.
     """
     artifact = _as_artifact(artifact_or_folder)
+    if artifact.is_joint:
+        raise ValueError("compare works on single-benchmark predictors; a joint predictor's intervals are "
+                         "per benchmark (use predict)")
     models, X = anchor_matrix(artifact, answers)
     for m in (model_a, model_b):
         if m not in models:
@@ -225,8 +287,80 @@ def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator
                                 Y[split.train][:, est.anchors_], alpha=alpha, seed=seed)
     calibration["split_seed"] = seed
     train_models = _train_summary([matrix.models[i] for i in fit_rows], s[fit_rows], models)
+    extra: dict[str, Any] = {"settings": settings} if settings else {}
+    # the order to ask the anchors in (training models only) and the conformal quantile per prefix
+    extra["adaptive"] = adaptive_info(est, Y[split.train][:, est.anchors_], s[split.train], calibration)
     return PredictorArtifact(estimator=est, benchmark=matrix.benchmark, item_ids=matrix.items,
                              anchors=build_anchors(est, matrix.benchmark, matrix.items),
                              calibration=calibration, train_models=train_models,
-                             library_version=sparseeval.__version__,
-                             extra={"settings": settings} if settings else {})
+                             library_version=sparseeval.__version__, extra=extra)
+
+
+# ------------------------------------------------------------------------------------------------
+# Joint predictors (sparseeval-joint): several benchmarks, one anchor set
+# ------------------------------------------------------------------------------------------------
+def fit_joint(data: JointData, split: Split, k: int, seed: int, *, device: str = "auto",
+              method_params: dict[str, Any] | None = None) -> JointSparseEval:
+    """Fit ``sparseeval-joint`` with ``k`` items *per benchmark* on ``split.train`` (``split.val``
+    for early stopping and alphas); test rows are never touched."""
+    est = make_estimator(JOINT_METHOD, k * len(data.benchmarks), random_state=seed, device=device,
+                         groups=data.groups, benchmarks=data.benchmarks, **(method_params or {}))
+    assert isinstance(est, JointSparseEval)
+    has_val = len(split.val) > 0
+    return est.fit(data.Y[split.train], data.S[split.train], data.Y[split.val] if has_val else None,
+                   data.S[split.val] if has_val else None)
+
+
+def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval, *, alpha: float = 0.1,
+                            seed: int = 0, models: pl.DataFrame | None = None,
+                            settings: dict[str, dict[str, Any]] | None = None) -> PredictorArtifact:
+    """Calibrate a joint estimator fitted on ``split.train`` (+ ``split.val``) on the held-out
+    ``split.test`` models, per output (every benchmark and the mean), and wrap it as an unsaved
+    artifact whose benchmark is ``sparseeval-joint``. ``settings``: per benchmark, as for
+    :func:`artifact_from_fit`."""
+    assert est.anchors_ is not None
+    Y = data.Y
+    S = np.concatenate([data.S, data.S.mean(axis=1, keepdims=True)], axis=1).astype(np.float64)
+    X_cal, X_train = Y[split.test][:, est.anchors_], Y[split.train][:, est.anchors_]
+    outputs: dict[str, dict[str, Any]] = {}
+    shared: dict[str, Any] = {}
+    cache: dict[bytes, np.ndarray] = {}  # every output hides the same anchors: impute once
+    for o, name in enumerate([*data.benchmarks, MEAN]):
+        c = cal.calibrate(est.output(name), X_cal, S[split.test, o], X_train, alpha=alpha, seed=seed, cache=cache)
+        shared = {key: c.pop(key) for key in ("alpha", "ood", "cal_answers", "seed", "n_calibration")}
+        outputs[name] = c
+    calibration = shared | {"outputs": outputs, "split_seed": seed}
+    fit_rows = np.concatenate([split.train, split.val])
+    fit_models = [data.models[i] for i in fit_rows]
+    train_models = _train_summary(fit_models, S[fit_rows, -1], models)
+    train_models["score_range"] = {name: [float(S[fit_rows, o].min()), float(S[fit_rows, o].max())]
+                                   for o, name in enumerate([*data.benchmarks, MEAN])}
+    order = adaptive_info(est.output(MEAN), X_train, data.S[split.train], output_calibration(calibration, MEAN),
+                          weights=est.weights_)
+    order["q_by_prefix"] = {MEAN: order["q_by_prefix"]}
+    extra: dict[str, Any] = {"joint": {"benchmarks": list(data.benchmarks),
+                                       "allocation": est.allocation()},
+                             "adaptive": order | {"target_output": MEAN}}
+    if settings:
+        extra["settings"] = settings
+    return PredictorArtifact(estimator=est, benchmark=JOINT_METHOD, item_ids=list(data.columns),
+                             anchors=build_anchors(est, JOINT_METHOD, list(data.columns)),
+                             calibration=calibration, train_models=train_models,
+                             library_version=sparseeval.__version__, extra=extra)
+
+
+def fit_joint_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmarks: list[str], k: int, *,
+                        calibration_frac: float = 0.2, seed: int = 0, device: str = "auto", alpha: float = 0.1,
+                        models: pl.DataFrame | None = None, method_params: dict[str, Any] | None = None,
+                        row_mean_is_score: bool = False,
+                        settings: dict[str, dict[str, Any]] | None = None) -> PredictorArtifact:
+    """Fit and calibrate a ``sparseeval-joint`` predictor with ``k`` items per benchmark on the models
+    that have every one of ``benchmarks`` (split as in :func:`fit_predictor`); an unsaved artifact."""
+    if not 0.0 < calibration_frac < 0.9:
+        raise ValueError(f"calibration_frac must be in (0, 0.9), got {calibration_frac}")
+    data = joint_data([build_matrix(responses, scores, b, row_mean_is_score=row_mean_is_score)
+                       for b in benchmarks])
+    split = make_split(data.models, policy="random", val_frac=VAL_FRAC * (1 - calibration_frac),
+                       test_frac=calibration_frac, seed=seed)
+    est = fit_joint(data, split, k, seed, device=device, method_params=method_params)
+    return joint_artifact_from_fit(data, split, est, alpha=alpha, seed=seed, models=models, settings=settings)

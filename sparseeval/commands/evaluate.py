@@ -16,9 +16,10 @@ import polars as pl
 from tqdm import tqdm
 
 from sparseeval.benchmarks import canonical_benchmark
-from sparseeval.evaluation import ProtocolConfig, run_protocol, summarize
+from sparseeval.evaluation import ProtocolConfig, run_joint_protocol, run_protocol, summarize
 from sparseeval.matrix import build_matrix
 from sparseeval.methods import available_methods
+from sparseeval.methods.joint import JOINT_METHOD, common_models
 from sparseeval.readers.base import InputError
 from sparseeval.report import print_table
 from sparseeval.sources import DataSource, model_dates, open_data
@@ -89,6 +90,8 @@ def _evaluate(args: argparse.Namespace, data: DataSource) -> int:
             return 2
     config = ProtocolConfig(split_policy=args.split, val_frac=args.val_frac, test_frac=args.test_frac)
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
+    if JOINT_METHOD in args.method:
+        return _run_joint(args, data, benchmarks, config, seeds)
     total = len(benchmarks) * len(args.method) * len(args.k) * len(seeds)
     results = []
     with tqdm(total=total, desc="evaluate", unit="run", disable=args.no_progress, file=sys.stderr) as bar:
@@ -107,6 +110,34 @@ def _evaluate(args: argparse.Namespace, data: DataSource) -> int:
             except ValueError as exc:
                 print(f"error: {bench}: {exc}", file=sys.stderr)
                 return 2
+    return _write(args, results)
+
+
+def _run_joint(args: argparse.Namespace, data: DataSource, benchmarks: list[str], config: ProtocolConfig,
+               seeds: list[int]) -> int:
+    """sparseeval-joint in the method list: every method on the models that have every listed benchmark,
+    same split per seed; K is per benchmark (the joint method spends K x benchmarks items in all)."""
+    try:
+        matrices = [build_matrix(*data.long(b), b, row_mean_is_score=args.row_mean_is_score) for b in benchmarks]
+        models = common_models(matrices)
+        dates = model_dates(data.models(), models) if args.split == "date" else None
+        n_rows = sum(len(benchmarks) + 1 for _ in args.method) * len(args.k) * len(seeds)
+        with tqdm(total=n_rows, desc="evaluate", unit="row", disable=args.no_progress, file=sys.stderr) as bar:
+            def tick(result: object) -> None:
+                bar.set_postfix_str(f"{result.benchmark} {result.method} k={result.k} "  # type: ignore[attr-defined]
+                                    f"mae={result.mae:.2f}")  # type: ignore[attr-defined]
+                bar.update(1)
+
+            results = run_joint_protocol(matrices, args.method, args.k, seeds, config=config, device=args.device,
+                                         dates=dates, progress=tick)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{len(models)} models have every benchmark ({', '.join(benchmarks)}); K is per benchmark", file=sys.stderr)
+    return _write(args, results)
+
+
+def _write(args: argparse.Namespace, results: list) -> int:
     records = [r.row() | {"anchors": r.anchors} for r in results]
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

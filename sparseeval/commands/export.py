@@ -20,15 +20,15 @@ from sparseeval.export import FORMATS, lm_eval_commands, write_export
 def run(args: argparse.Namespace) -> int:
     try:
         artifacts = load_predictors(args, default_all=True)
-        out = write_export(artifacts, args.format, args.out)
+        out = write_export(artifacts, args.format, args.out, first=args.first)
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    n = sum(a.k for a in artifacts)
+    n = sum(a.k if args.first is None else min(a.k, args.first) for a in artifacts)
     print(f"wrote {n} anchors of {', '.join(a.benchmark for a in artifacts)} to {out}")
     if args.format == "lm-eval":
         print("run them with the predictors' training settings (then `sparseeval predict --answers RUN_DIR`):")
-        for command in lm_eval_commands(artifacts, out):
+        for command in lm_eval_commands(artifacts, out, args.first):
             print(f"  {command}")
     return 0
 
@@ -39,4 +39,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_predictor_arguments(p)
     p.add_argument("--format", choices=FORMATS, default="lm-eval")
     p.add_argument("--out", type=Path, required=True, metavar="FILE")
+    p.add_argument("--first", type=int, metavar="N",
+                   help="only the first N anchors of each predictor's adaptive order (then `sparseeval next`)")
     p.set_defaults(func=run)

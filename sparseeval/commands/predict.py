@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import polars as pl
 from sparseeval import settings
 from sparseeval.answers import read_answers
 from sparseeval.artifact import ArtifactError, PredictorArtifact, load_predictor
+from sparseeval.atomic import atomic_write_text
 from sparseeval.benchmarks import canonical_benchmark, default_n_shot, split_variant
 from sparseeval.methods.joint import MEAN
 from sparseeval.readers.base import InputError
@@ -141,12 +140,7 @@ def write_json(preds: list[Prediction], out: Path) -> None:
     """``[{model, benchmark, predicted, lower, upper, n_anchors, ood}]``, written atomically."""
     rows = [{"model": p.model, "benchmark": p.benchmark, "predicted": p.predicted, "lower": p.lower,
              "upper": p.upper, "n_anchors": p.n_anchors, "ood": p.ood} for p in preds]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(rows, fh, indent=1)
-        fh.write("\n")
-    os.replace(tmp, out)
+    atomic_write_text(out, json.dumps(rows, indent=1) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:

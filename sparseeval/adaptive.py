@@ -1,0 +1,142 @@
+"""Adaptive anchors: an ordered anchor list, and a stop as soon as the interval is narrow enough.
+
+A published predictor carries an *order* of its anchors (``extra["adaptive"]["order"]``, anchor
+positions): a greedy forward selection on the training models, each next anchor the one that most
+lowers the ridge GCV error of the prefix, so the first ``p`` anchors are the ``p`` most worth
+asking. A new model answers the anchors in batches in that order; after each batch the predictor
+gives a prediction and its conformal interval from what was answered, and the model stops as soon
+as the interval's half-width is at most what the user asked for. Models whose score is easy to pin
+down (far from 50 %, consistent answers) stop early.
+
+Coverage per prefix: the intervals of a partially answered model are calibrated *for its exact
+pattern* of answered anchors (:func:`sparseeval.calibration.halfwidths` hides the same anchors from
+the calibration models and takes their conformal quantile), so every prefix length has nominal
+coverage. ``q_by_prefix`` stores those quantiles for every prefix length (the same numbers,
+precomputed, for planning and tables).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sparseeval import calibration as cal
+from sparseeval.methods.base import AnchorEstimator, impute
+from sparseeval.methods.joint import forward_order
+
+if TYPE_CHECKING:
+    from sparseeval.artifact import PredictorArtifact
+
+
+def anchor_order(X_train: np.ndarray, s_train: np.ndarray, fill: np.ndarray, *,
+                 weights: np.ndarray | None = None) -> np.ndarray:
+    """Anchor positions in the order to ask them (training models only: no calibration model, no test model).
+
+    ``X_train``: training models' answers to the anchors (NaN = missing, filled with ``fill``);
+    ``s_train``: their scores, (n,) or (n, B) for a joint predictor (``weights`` per benchmark).
+    """
+    return forward_order(impute(X_train, fill), s_train, weights)
+
+
+def prefix_quantiles(estimator: AnchorEstimator, order: np.ndarray, calibration: dict[str, Any]) -> list[float]:
+    """Conformal quantile (in the calibration's scale mode) for every prefix length 0..k of ``order``.
+
+    Entry ``p``: the calibration models predicted from the first ``p`` anchors of the order only.
+    """
+    X_cal = stored_calibration_answers(calibration)
+    s_cal = np.asarray(calibration["cal_scores"], dtype=np.float64)
+    mode, alpha = calibration["mode"], calibration["alpha"]
+    out = []
+    for p in range(len(order) + 1):
+        masked = X_cal.copy()
+        masked[:, order[p:]] = np.nan
+        pred = estimator.predict(cal.conditional_impute(masked, calibration["ood"]))
+        out.append(cal.conformal_quantile(np.abs(pred - s_cal) / cal.scale_of(pred, mode), alpha))
+    return out
+
+
+def stored_calibration_answers(calibration: dict[str, Any]) -> np.ndarray:
+    """The calibration models' anchor answers kept in a calibration dict (NaN = not answered)."""
+    return np.array([[np.nan if v is None else v for v in row] for row in calibration["cal_answers"]],
+                    dtype=np.float32)
+
+
+def adaptive_info(estimator: AnchorEstimator, X_train: np.ndarray, s_train: np.ndarray,
+                  calibration: dict[str, Any], *, weights: np.ndarray | None = None) -> dict[str, Any]:
+    """``{"order": [...], "q_by_prefix": [...]}`` for ``extra["adaptive"]`` of a predictor."""
+    assert estimator.anchor_fill_ is not None
+    order = anchor_order(X_train, s_train, estimator.anchor_fill_, weights=weights)
+    return {"order": order.tolist(), "q_by_prefix": prefix_quantiles(estimator, order, calibration)}
+
+
+def order_of(artifact: PredictorArtifact) -> list[int]:
+    """The artifact's anchor order (positions); predictors published before adaptive anchors
+    existed use their position order."""
+    adaptive = artifact.extra.get("adaptive") or {}
+    return list(adaptive.get("order", range(artifact.k)))
+
+
+def is_prefix(observed: np.ndarray, order: list[int]) -> bool:
+    """Whether the answered anchors (boolean per position) are exactly the first few of ``order``."""
+    p = int(np.sum(observed))
+    return bool(np.all(observed[order[:p]]))
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """What a model should run next: nothing (target met / all answered) or the next anchors."""
+
+    model: str
+    n_answered: int
+    k: int
+    predicted: float | None  #: None when nothing is answered yet
+    halfwidth: float | None  #: interval half-width in [0, 1] units (None: nothing answered)
+    done: bool
+    reason: str
+    next_positions: tuple[int, ...]
+    next_item_ids: tuple[str, ...]
+    next_benchmarks: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "n_answered": self.n_answered, "k": self.k, "predicted": self.predicted,
+                "halfwidth": self.halfwidth, "done": self.done, "reason": self.reason,
+                "next": [{"position": p, "item_id": i, "benchmark": b} for p, i, b in
+                         zip(self.next_positions, self.next_item_ids, self.next_benchmarks, strict=True)]}
+
+
+def next_anchors(artifact: PredictorArtifact, models: list[str], X: np.ndarray, halfwidths: np.ndarray | None,
+                 predicted: np.ndarray | None, *, batch: int = 10,
+                 target_width: float | None = None) -> list[NextStep]:
+    """The next ``batch`` anchors (in the artifact's order, never one already answered) per model,
+    or ``done`` when its half-width is at most ``target_width`` (in [0, 1] units) or all are answered.
+
+    ``X``: answers per model (NaN = not answered); ``halfwidths``/``predicted``: the current interval
+    half-width and prediction per model (NaN for a model with nothing answered).
+    """
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, got {batch}")
+    order = order_of(artifact)
+    out = []
+    for i, model in enumerate(models):
+        answered = ~np.isnan(X[i])
+        n = int(answered.sum())
+        half = None if halfwidths is None or np.isnan(halfwidths[i]) else float(halfwidths[i])
+        pred = None if predicted is None or np.isnan(predicted[i]) else float(predicted[i])
+        todo = [p for p in order if not answered[p]]
+        if not todo:
+            reason, nxt = "all anchors answered", []
+        elif target_width is not None and half is not None and half <= target_width:
+            reason, nxt = f"target met: half-width {100 * half:.2f} <= {100 * target_width:.2f} points", []
+        else:
+            nxt = todo[:batch]
+            reason = ("nothing answered yet" if n == 0 else
+                      f"half-width {100 * half:.2f} points" if half is not None else "")
+            if target_width is not None and half is not None:
+                reason += f" > target {100 * target_width:.2f}"
+        anchors = [artifact.anchors[p] for p in nxt]
+        out.append(NextStep(model, n, artifact.k, pred, half, not nxt, reason, tuple(nxt),
+                            tuple(a.item_id for a in anchors),
+                            tuple(a.benchmark or artifact.benchmark for a in anchors)))
+    return out

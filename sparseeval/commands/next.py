@@ -1,0 +1,116 @@
+"""``sparseeval next``: which anchors a model should run next, or that its interval is narrow enough.
+
+Adaptive anchors: run the first batch (``sparseeval export --first N``), then ask ``next`` with the
+answers so far. It predicts from what was answered (the interval is calibrated for exactly that
+prefix), and either says the target half-width is met or lists the next ``--batch`` anchors in the
+predictor's order (never one already answered). ``--samples OUT`` writes them as an lm-eval
+``--samples`` file. For a joint predictor the target applies to the mean score unless ``--output``
+names a benchmark.
+
+    sparseeval next --predictor DIR --answers RUN_DIR --batch 10 --target-width 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from sparseeval import calibration as cal
+from sparseeval.adaptive import NextStep, next_anchors
+from sparseeval.answers import read_answers
+from sparseeval.artifact import PredictorArtifact
+from sparseeval.atomic import atomic_write_text
+from sparseeval.commands.predict import USER_ERRORS, add_predictor_arguments, load_predictors
+from sparseeval.methods.joint import MEAN
+from sparseeval.scoring import anchor_matrix, prediction_outputs
+
+
+def plan(artifact: PredictorArtifact, answers: pl.DataFrame, *, batch: int = 10, target_width: float | None = None,
+         output: str | None = None, models: list[str] | None = None) -> list[NextStep]:
+    """Next anchors per model of ``answers`` (``target_width`` in [0, 1] units).
+
+    ``models``: also plan for these models even if they answered nothing yet (their first batch).
+    ``output``: for a joint predictor, the benchmark (or ``mean``, the default) the target is about.
+    """
+    relevant = answers.filter(pl.col("benchmark").is_in(artifact.benchmarks))
+    if relevant.height:
+        names, X = anchor_matrix(artifact, relevant)
+    else:
+        names, X = [], np.zeros((0, artifact.k), dtype=np.float32)
+    extra = [m for m in (models or []) if m not in names]
+    names = names + extra
+    X = np.concatenate([X, np.full((len(extra), artifact.k), np.nan, dtype=np.float32)])
+    outputs = {name: (est, c) for name, est, c in prediction_outputs(artifact)}
+    want = output or (MEAN if artifact.is_joint else artifact.benchmark)
+    if want not in outputs:
+        raise ValueError(f"no output {want!r} in this predictor (outputs: {', '.join(outputs)})")
+    est, calibration = outputs[want]
+    pred = np.full(len(names), np.nan)
+    half = np.full(len(names), np.nan)
+    some = (~np.isnan(X)).any(axis=1)
+    if some.any():
+        Xs = X[some]
+        pred[some] = est.predict(cal.conditional_impute(Xs, calibration["ood"]))
+        half[some] = cal.halfwidths(est, pred[some], ~np.isnan(Xs), calibration)
+    return next_anchors(artifact, names, X, half, pred, batch=batch, target_width=target_width)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        (artifact,) = load_predictors(args)
+        bench = None if artifact.is_joint else artifact.benchmark
+        answers = pl.concat([read_answers(p, benchmark=bench, model=args.model) for p in args.answers])
+        steps = plan(artifact, answers, batch=args.batch,
+                     target_width=None if args.target_width is None else args.target_width / 100.0,
+                     output=args.output, models=[args.model] if args.model else None)
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not steps:
+        print(f"error: the answers hold no model for {', '.join(artifact.benchmarks)}", file=sys.stderr)
+        return 2
+    for s in steps:
+        head = f"{s.model}: {s.n_answered}/{s.k} anchors answered"
+        if s.predicted is not None and s.halfwidth is not None:
+            head += f", predicted {100 * s.predicted:.1f} +- {100 * s.halfwidth:.1f} points"
+        if s.done:
+            print(f"{head}: done ({s.reason})")
+        else:
+            items = ", ".join(f"{b}:{i}" if artifact.is_joint else i
+                              for b, i in zip(s.next_benchmarks, s.next_item_ids, strict=True))
+            print(f"{head}: run next {len(s.next_item_ids)} ({s.reason}): {items}")
+    if args.json:
+        atomic_write_text(args.json, json.dumps([s.as_dict() for s in steps], indent=1) + "\n")
+    if args.samples:
+        merged: dict[str, set[int]] = {}
+        for s in steps:
+            for pos in s.next_positions:
+                a = artifact.anchors[pos]
+                if a.task is not None and a.doc_id is not None:
+                    merged.setdefault(a.task, set()).add(int(a.doc_id))
+        text = json.dumps({t: sorted(d) for t, d in sorted(merged.items())}, indent=1) + "\n"
+        atomic_write_text(args.samples, text)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("next", help="adaptive anchors: what to run next, or whether the interval is narrow "
+                                           "enough", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_predictor_arguments(p, many=False)
+    p.add_argument("--answers", type=Path, action="append", required=True, metavar="PATH",
+                   help="answers so far (lm-eval output folder, long table or item_id,correct CSV); repeatable")
+    p.add_argument("--model", help="model name for a two-column item_id,correct file (default: file name)")
+    p.add_argument("--batch", type=int, default=10, metavar="N", help="anchors to propose per step (default 10)")
+    p.add_argument("--target-width", type=float, metavar="W",
+                   help="stop when the interval's half-width is at most W points")
+    p.add_argument("--output", help="joint predictor: the benchmark the target is about (default: mean)")
+    p.add_argument("--json", type=Path, metavar="OUT", help="write the plan as JSON")
+    p.add_argument("--samples", type=Path, metavar="OUT",
+                   help="write the proposed anchors as an lm-eval --samples file")
+    p.set_defaults(func=run)
