@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sparseeval import calibration as cal
+from sparseeval.errors import UsageError
 from sparseeval.methods.base import AnchorEstimator, impute
 from sparseeval.methods.joint import forward_order
 
@@ -116,7 +117,7 @@ def next_anchors(artifact: PredictorArtifact, models: list[str], X: np.ndarray, 
     half-width and prediction per model (NaN for a model with nothing answered).
     """
     if batch < 1:
-        raise ValueError(f"batch must be at least 1, got {batch}")
+        raise UsageError(f"batch must be at least 1, got {batch}")
     order = order_of(artifact)
     out = []
     for i, model in enumerate(models):

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from sklearn.covariance import LedoitWolf
 
+from sparseeval.errors import UsageError
 from sparseeval.methods.base import AnchorEstimator, impute
 
 #: floor of the binomial scale sqrt(p (1 - p) + SCALE_FLOOR), so scores near 0 or 1 keep a width
@@ -199,7 +200,7 @@ def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, 
     s_cal = np.asarray(s_cal, dtype=np.float64)
     n, k = X_cal.shape
     if n < min_calibration_models(alpha):
-        raise ValueError(f"calibration needs at least {min_calibration_models(alpha)} models at "
+        raise UsageError(f"calibration needs at least {min_calibration_models(alpha)} models at "
                          f"alpha={alpha}, got {n}; use more models or a larger calibration fraction")
     rng = np.random.default_rng(seed)
     fill = estimator.anchor_fill_ if estimator.anchor_fill_ is not None else np.full(k, 0.5, np.float32)

@@ -9,3 +9,8 @@ from __future__ import annotations
 
 class UserError(Exception):
     """Something the user can fix; its message says what and how."""
+
+
+class UsageError(UserError, ValueError):
+    """A request that cannot be carried out as asked (bad option, wrong predictor, too few models).
+    A ValueError too, for callers of the library that catch those."""

@@ -18,6 +18,7 @@ from sparseeval.adaptive import order_of
 from sparseeval.artifact import AnchorInfo, PredictorArtifact
 from sparseeval.atomic import atomic_write, atomic_write_text
 from sparseeval.benchmarks import default_n_shot, split_variant
+from sparseeval.errors import UsageError
 
 FORMATS = ("lm-eval", "csv")
 
@@ -27,7 +28,7 @@ def selected_anchors(art: PredictorArtifact, first: int | None = None) -> list[A
     if first is None:
         return list(art.anchors)
     if first < 1:
-        raise ValueError(f"--first must be at least 1, got {first}")
+        raise UsageError(f"--first must be at least 1, got {first}")
     return [art.anchors[p] for p in order_of(art)[:first]]
 
 
@@ -43,7 +44,7 @@ def lm_eval_samples(artifacts: Sequence[PredictorArtifact], first: int | None = 
         anchors = selected_anchors(art, first)
         unplaced = [a.item_id for a in anchors if a.task is None or a.doc_id is None]
         if unplaced:
-            raise ValueError(f"predictor for {art.benchmark!r} has anchors without an lm-eval task/doc id "
+            raise UsageError(f"predictor for {art.benchmark!r} has anchors without an lm-eval task/doc id "
                              f"({', '.join(unplaced[:5])}); export --format csv instead")
         for a in anchors:
             merged.setdefault(a.task, set()).add(int(a.doc_id))  # type: ignore[arg-type]
@@ -91,9 +92,9 @@ def write_export(artifacts: Sequence[PredictorArtifact], fmt: str, out: str | Pa
     """Write the anchors of ``artifacts`` (``first``: the first N of each one's adaptive order) to
     ``out`` in ``fmt`` (atomically; same input, same bytes)."""
     if fmt not in FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
+        raise UsageError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
     if not artifacts:
-        raise ValueError("nothing to export: no predictor given")
+        raise UsageError("nothing to export: no predictor given")
     out = Path(out)
     if fmt == "lm-eval":
         text = json.dumps(lm_eval_samples(artifacts, first), indent=1) + "\n"

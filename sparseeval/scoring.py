@@ -17,7 +17,7 @@ import sparseeval.methods  # registers every method: fitting and loading predict
 from sparseeval import calibration as cal
 from sparseeval.adaptive import adaptive_info, is_prefix, order_of
 from sparseeval.artifact import PredictorArtifact, build_anchors, load_predictor
-from sparseeval.errors import UserError
+from sparseeval.errors import UsageError, UserError
 from sparseeval.evaluation import fit_on_split
 from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.methods import make_estimator
@@ -87,11 +87,11 @@ def anchor_matrix(artifact: PredictorArtifact, answers: pl.DataFrame) -> tuple[l
         pl.col("score").cast(pl.Float32)
     ).collect()
     if rows.height == 0:
-        raise ValueError(f"the answers contain no results for benchmark {', '.join(map(repr, benches))}")
+        raise UsageError(f"the answers contain no results for benchmark {', '.join(map(repr, benches))}")
     dup = rows.select("model", "benchmark", "item_id").is_duplicated()
     if dup.any():
         m, bench, item = rows.filter(dup).row(0)[:3]
-        raise ValueError(f"benchmark {bench!r}: model {m!r} answers item {item!r} twice "
+        raise UsageError(f"benchmark {bench!r}: model {m!r} answers item {item!r} twice "
                          "(two answer files for the same model name?)")
     models = rows.get_column("model").unique(maintain_order=True).to_list()
     model_idx = pl.DataFrame({"model": models, "row": np.arange(len(models), dtype=np.int64)})
@@ -216,15 +216,15 @@ def compare(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.Data
     """
     artifact = _as_artifact(artifact_or_folder)
     if artifact.is_joint:
-        raise ValueError("compare works on single-benchmark predictors; a joint predictor's intervals are "
+        raise UsageError("compare works on single-benchmark predictors; a joint predictor's intervals are "
                          "per benchmark (use predict)")
     models, X = anchor_matrix(artifact, answers)
     for m in (model_a, model_b):
         if m not in models:
-            raise ValueError(f"model {m!r} has no answers for benchmark {artifact.benchmark!r} "
+            raise UsageError(f"model {m!r} has no answers for benchmark {artifact.benchmark!r} "
                              f"(models present: {', '.join(models[:10])})")
     if model_a == model_b:
-        raise ValueError("compare needs two different models")
+        raise UsageError("compare needs two different models")
     rows = [models.index(model_a), models.index(model_b)]
     pa, pb = _predict_matrix(artifact, [model_a, model_b], X[rows])
     half = cal.pair_halfwidth(pa.k - pa.n_anchors, pb.k - pb.n_anchors, artifact.calibration)
@@ -259,7 +259,7 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
     ``submitted_at``) adds the training date range to the artifact.
     """
     if not 0.0 < calibration_frac < 0.9:
-        raise ValueError(f"calibration_frac must be in (0, 0.9), got {calibration_frac}")
+        raise UsageError(f"calibration_frac must be in (0, 0.9), got {calibration_frac}")
     matrix = build_matrix(responses, scores, benchmark, row_mean_is_score=row_mean_is_score)
     split = make_split(matrix.models, policy="random", val_frac=VAL_FRAC * (1 - calibration_frac),
                        test_frac=calibration_frac, seed=seed)
@@ -357,7 +357,7 @@ def fit_joint_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, be
     """Fit and calibrate a ``sparseeval-joint`` predictor with ``k`` items per benchmark on the models
     that have every one of ``benchmarks`` (split as in :func:`fit_predictor`); an unsaved artifact."""
     if not 0.0 < calibration_frac < 0.9:
-        raise ValueError(f"calibration_frac must be in (0, 0.9), got {calibration_frac}")
+        raise UsageError(f"calibration_frac must be in (0, 0.9), got {calibration_frac}")
     data = joint_data([build_matrix(responses, scores, b, row_mean_is_score=row_mean_is_score)
                        for b in benchmarks])
     split = make_split(data.models, policy="random", val_frac=VAL_FRAC * (1 - calibration_frac),

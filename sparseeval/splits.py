@@ -17,6 +17,8 @@ from typing import Literal
 
 import numpy as np
 
+from sparseeval.errors import UsageError
+
 SplitPolicy = Literal["random", "family", "date"]
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff]")
 
@@ -71,7 +73,7 @@ def _cut(order: np.ndarray, groups: np.ndarray, n_take: int) -> int:
 
 def _check_fractions(val_frac: float, test_frac: float) -> None:
     if not (0 <= val_frac < 1 and 0 < test_frac < 1 and val_frac + test_frac < 1):
-        raise ValueError(f"need 0 <= val_frac, 0 < test_frac and val_frac + test_frac < 1; "
+        raise UsageError(f"need 0 <= val_frac, 0 < test_frac and val_frac + test_frac < 1; "
                          f"got val_frac={val_frac}, test_frac={test_frac}")
 
 
@@ -92,7 +94,7 @@ def make_split(models: Sequence[str], *, policy: SplitPolicy = "random", val_fra
     _check_fractions(val_frac, test_frac)
     n = len(models)
     if n < 3:
-        raise ValueError(f"need at least 3 models to split, got {n}")
+        raise UsageError(f"need at least 3 models to split, got {n}")
     rng = np.random.default_rng(seed)
     n_test = max(1, round(test_frac * n))
     n_val = round(val_frac * n)
@@ -105,7 +107,7 @@ def make_split(models: Sequence[str], *, policy: SplitPolicy = "random", val_fra
         families = np.array([model_family(m) for m in models])
         uniq, inverse = np.unique(families, return_inverse=True)
         if len(uniq) < 2:
-            raise ValueError("split by family needs models from at least two organisations")
+            raise UsageError("split by family needs models from at least two organisations")
         sizes = np.bincount(inverse)
         side = np.zeros(len(uniq), dtype=np.int8)  # 0 train, 1 val, 2 test
         filled = {1: 0, 2: 0}
@@ -123,12 +125,12 @@ def make_split(models: Sequence[str], *, policy: SplitPolicy = "random", val_fra
         return _sorted_split(idx[model_side == 0], idx[model_side == 1], idx[model_side == 2])
     if policy == "date":
         if dates is None or len(dates) != n:
-            raise ValueError("split by date needs one date (or None) per model")
+            raise UsageError("split by date needs one date (or None) per model")
         stamp = np.array([np.datetime64(d, "s").astype(np.int64) if d is not None and not
                           np.isnat(np.datetime64(d)) else np.iinfo(np.int64).min for d in dates])
         if (stamp == np.iinfo(np.int64).min).all():
-            raise ValueError("split by date: no model has a date")
+            raise UsageError("split by date: no model has a date")
         tiebreak = rng.random(n)
         order = np.lexsort((tiebreak, stamp))[::-1]  # newest first
         return _sorted_split(order[n_test + n_val:], order[n_test:n_test + n_val], order[:n_test])
-    raise ValueError(f"unknown split policy {policy!r}; choose random, family or date")
+    raise UsageError(f"unknown split policy {policy!r}; choose random, family or date")

@@ -18,6 +18,7 @@ from sparseeval.commands.predict import (
     load_predictors,
     read_all_answers,
 )
+from sparseeval.errors import UsageError
 from sparseeval.scoring import compare
 
 
@@ -29,11 +30,11 @@ def run(args: argparse.Namespace) -> int:
         if not names:
             present = answers.filter(answers["benchmark"] == artifact.benchmark)["model"].unique().sort()
             if present.len() != 2:
-                raise ValueError(f"name the two models to compare; the answers hold {present.len()}: "
+                raise UsageError(f"name the two models to compare; the answers hold {present.len()}: "
                                  f"{', '.join(present.head(10).to_list())}")
             names = present.to_list()
         if len(names) != 2:
-            raise ValueError(f"compare takes exactly two models, got {len(names)}")
+            raise UsageError(f"compare takes exactly two models, got {len(names)}")
         c = compare(artifact, answers, names[0], names[1])
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)

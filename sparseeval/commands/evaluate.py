@@ -16,11 +16,11 @@ import polars as pl
 from tqdm import tqdm
 
 from sparseeval.benchmarks import canonical_benchmark
+from sparseeval.errors import UserError
 from sparseeval.evaluation import ProtocolConfig, run_joint_protocol, run_protocol, summarize
 from sparseeval.matrix import build_matrix
 from sparseeval.methods import available_methods
 from sparseeval.methods.joint import JOINT_METHOD, common_models
-from sparseeval.readers.base import InputError
 from sparseeval.report import print_table
 from sparseeval.sources import DataSource, model_dates, open_data
 
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with open_data(args.data) as data:
             return _evaluate(args, data)
-    except InputError as exc:
+    except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
@@ -107,7 +107,7 @@ def _evaluate(args: argparse.Namespace, data: DataSource) -> int:
             try:
                 results += run_protocol(matrix, args.method, args.k, seeds, config=config, device=args.device,
                                         dates=dates, progress=tick)
-            except ValueError as exc:
+            except UserError as exc:
                 print(f"error: {bench}: {exc}", file=sys.stderr)
                 return 2
     return _write(args, results)
@@ -130,7 +130,7 @@ def _run_joint(args: argparse.Namespace, data: DataSource, benchmarks: list[str]
 
             results = run_joint_protocol(matrices, args.method, args.k, seeds, config=config, device=args.device,
                                          dates=dates, progress=tick)
-    except ValueError as exc:
+    except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{len(models)} models have every benchmark ({', '.join(benchmarks)}); K is per benchmark", file=sys.stderr)

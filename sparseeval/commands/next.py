@@ -26,6 +26,7 @@ from sparseeval.answers import read_answers
 from sparseeval.artifact import PredictorArtifact
 from sparseeval.atomic import atomic_write_text
 from sparseeval.commands.predict import USER_ERRORS, add_predictor_arguments, load_predictors
+from sparseeval.errors import UsageError
 from sparseeval.methods.joint import MEAN
 from sparseeval.scoring import anchor_matrix, prediction_outputs
 
@@ -48,7 +49,7 @@ def plan(artifact: PredictorArtifact, answers: pl.DataFrame, *, batch: int = 10,
     outputs = {name: (est, c) for name, est, c in prediction_outputs(artifact)}
     want = output or (MEAN if artifact.is_joint else artifact.benchmark)
     if want not in outputs:
-        raise ValueError(f"no output {want!r} in this predictor (outputs: {', '.join(outputs)})")
+        raise UsageError(f"no output {want!r} in this predictor (outputs: {', '.join(outputs)})")
     est, calibration = outputs[want]
     pred = np.full(len(names), np.nan)
     half = np.full(len(names), np.nan)

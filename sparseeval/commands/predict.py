@@ -18,15 +18,16 @@ import polars as pl
 
 from sparseeval import settings
 from sparseeval.answers import read_answers
-from sparseeval.artifact import ArtifactError, PredictorArtifact, load_predictor
+from sparseeval.artifact import PredictorArtifact, load_predictor
 from sparseeval.atomic import atomic_write_text
 from sparseeval.benchmarks import canonical_benchmark, default_n_shot, split_variant
+from sparseeval.errors import UsageError, UserError
 from sparseeval.methods.joint import MEAN
-from sparseeval.readers.base import InputError
-from sparseeval.scoring import Prediction, TooFewAnchorsError, predict
+from sparseeval.scoring import Prediction, predict
 
 #: errors a user can fix; printed as one line, exit code 2 (anything else is a bug: traceback)
-USER_ERRORS = (InputError, ArtifactError, TooFewAnchorsError, ValueError, FileNotFoundError)
+#: only our own error types are the user's to fix; anything else is a bug and keeps its traceback
+USER_ERRORS = (UserError,)
 
 
 def add_predictor_arguments(parser: argparse.ArgumentParser, *, many: bool = True) -> None:
@@ -58,9 +59,9 @@ def load_predictors(args: argparse.Namespace, *, default_all: bool = False) -> l
     if not folders and default_all:
         folders = published_folders(args.registry)
         if not folders:
-            raise ValueError(f"no published predictors in {args.registry} (run the pipeline or 'sparseeval fit')")
+            raise UsageError(f"no published predictors in {args.registry} (run the pipeline or 'sparseeval fit')")
     if not folders:
-        raise ValueError("give --predictor DIR or --benchmark B")
+        raise UsageError("give --predictor DIR or --benchmark B")
     return [load_predictor(f) for f in folders]
 
 
@@ -102,7 +103,7 @@ def predict_all(artifacts: list[PredictorArtifact], answers: pl.DataFrame, *,
     mismatched = settings_mismatches(artifacts, answers)
     if mismatched and not force_settings:
         got, want = mismatched[0]
-        raise ValueError(f"the answers were run as {got!r} ({_describe(got)}) but the predictor {want!r} was "
+        raise UsageError(f"the answers were run as {got!r} ({_describe(got)}) but the predictor {want!r} was "
                          f"trained on {_describe(want)} results: rerun the anchors with the predictor's settings "
                          f"(see `sparseeval export`), or pass --force-settings to predict from them anyway")
     forced: dict[str, str] = {}
@@ -112,7 +113,7 @@ def predict_all(artifacts: list[PredictorArtifact], answers: pl.DataFrame, *,
     present = set(answers.get_column("benchmark").unique().to_list())
     usable = [a for a in artifacts if any(b in present for b in a.benchmarks)]
     if not usable:
-        raise ValueError(f"the answers cover benchmarks {', '.join(sorted(present))}, none of which has a "
+        raise UsageError(f"the answers cover benchmarks {', '.join(sorted(present))}, none of which has a "
                          f"predictor here ({', '.join(b for a in artifacts for b in a.benchmarks)})")
     preds = [p for a in usable for p in predict(a, answers)]
     back = {want: got for got, want in forced.items()}

@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import torch
 
+from sparseeval.errors import UsageError
+
 #: name -> estimator class; filled by ``register``
 _REGISTRY: dict[str, type[AnchorEstimator]] = {}
 
@@ -40,7 +42,7 @@ def make_estimator(method: str, k: int, **params: Any) -> AnchorEstimator:
     try:
         cls = _REGISTRY[method]
     except KeyError:
-        raise ValueError(f"unknown method {method!r}; choose from {', '.join(available_methods())}") from None
+        raise UsageError(f"unknown method {method!r}; choose from {', '.join(available_methods())}") from None
     return cls(k=k, **params)
 
 
@@ -71,7 +73,7 @@ class AnchorEstimator(ABC):
 
     def __init__(self, k: int, *, random_state: int = 0, device: str = "auto") -> None:
         if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
+            raise UsageError(f"k must be at least 1, got {k}")
         self.k = int(k)
         self.random_state = int(random_state)
         self.device = device
@@ -99,7 +101,7 @@ class AnchorEstimator(ABC):
     # -- shared behaviour ---------------------------------------------------------------------
     def _check_k(self, n_items: int) -> None:
         if self.k > n_items:
-            raise ValueError(f"k={self.k} exceeds the number of items ({n_items})")
+            raise UsageError(f"k={self.k} exceeds the number of items ({n_items})")
 
     def _set_anchors(self, anchors: np.ndarray, Y: np.ndarray) -> None:
         anchors = np.asarray(anchors, dtype=np.int64)

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from sparseeval.device import resolve_device, thread_limit
+from sparseeval.errors import UsageError
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods.base import AnchorEstimator, column_means, impute, register
 from sparseeval.methods.proxies import BatchedMLP, logit, ridge_fit, train_mlp
@@ -82,12 +83,12 @@ class JointData:
 def common_models(matrices: Sequence[ResponseMatrix]) -> list[str]:
     """Models present (with a score) in every matrix, sorted."""
     if not matrices:
-        raise ValueError("need at least one benchmark")
+        raise UsageError("need at least one benchmark")
     common = set(matrices[0].models)
     for m in matrices[1:]:
         common &= set(m.models)
     if len(common) < 3:
-        raise ValueError(f"only {len(common)} model(s) have every benchmark "
+        raise UsageError(f"only {len(common)} model(s) have every benchmark "
                          f"({', '.join(m.benchmark for m in matrices)}); a joint fit needs at least 3")
     return sorted(common)
 
@@ -104,7 +105,7 @@ def joint_data(matrices: Sequence[ResponseMatrix]) -> JointData:
     parts = [restrict_models(m, models) for m in matrices]
     benches = [m.benchmark for m in parts]
     if len(set(benches)) != len(benches):
-        raise ValueError(f"benchmarks repeat: {benches}")
+        raise UsageError(f"benchmarks repeat: {benches}")
     Y = np.concatenate([p.with_nan() for p in parts], axis=1).astype(np.float32)
     S = np.stack([p.scores for p in parts], axis=1).astype(np.float32)
     groups = np.concatenate([np.full(len(p.items), b, dtype=np.int64) for b, p in enumerate(parts)])
@@ -202,7 +203,7 @@ def refine_joint(Y: np.ndarray, S: np.ndarray, anchors: np.ndarray, weights: np.
 def even_shares(k: int, sizes: Sequence[int]) -> list[int]:
     """``k`` items spread as evenly as possible over groups of ``sizes`` items (none over its size)."""
     if k > sum(sizes):
-        raise ValueError(f"k={k} exceeds the {sum(sizes)} items of all benchmarks together")
+        raise UsageError(f"k={k} exceeds the {sum(sizes)} items of all benchmarks together")
     shares = [0] * len(sizes)
     left = k
     while left:
