@@ -16,6 +16,7 @@ from pathlib import Path
 from sparseeval import settings
 from sparseeval.benchmarks import canonical_benchmark
 from sparseeval.commands.predict import USER_ERRORS
+from sparseeval.progress import progress_bar
 from sparseeval.readers.base import InputError
 from sparseeval.scoring import fit_predictor
 from sparseeval.sources import open_data
@@ -24,7 +25,8 @@ from sparseeval.sources import open_data
 def run(args: argparse.Namespace) -> int:
     try:
         bench = canonical_benchmark(args.benchmark)
-        with open_data(args.data) as data:
+        with progress_bar("fit", total=3, unit="phase") as tick, open_data(args.data) as data:
+            tick(f"read {args.data}")
             t0 = time.perf_counter()
             if bench not in data.benchmarks():
                 raise InputError(args.data, f"no benchmark {bench!r} (found: {', '.join(data.benchmarks())})")
@@ -32,8 +34,10 @@ def run(args: argparse.Namespace) -> int:
                                      calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
                                      alpha=args.alpha, models=data.models(), row_mean_is_score=args.row_mean_is_score,
                                      settings=data.settings(bench))
-        out = args.out or (args.registry or settings.predictor_dir()) / bench
-        saved = artifact.save(out)
+            tick(f"selected and calibrated {args.k} anchors")
+            out = args.out or (args.registry or settings.predictor_dir()) / bench
+            saved = artifact.save(out)
+            tick(f"saved {out}")
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
