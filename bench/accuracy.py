@@ -17,48 +17,28 @@ import time
 from pathlib import Path
 
 import polars as pl
-from tqdm import tqdm
 
-from sparseeval.evaluation import DEFAULT_METHODS, ProtocolConfig, results_frame, run_protocol, summarize
-from sparseeval.matrix import build_matrix
+from sparseeval.commands.evaluate import add_arguments, compare
+from sparseeval.evaluation import DEFAULT_METHODS, results_frame, summarize
 from sparseeval.report import plot_mae_vs_k, print_table, versus_best_baseline
-from sparseeval.sources import read_data
+from sparseeval.sources import open_data
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openllm_v1"
 
 
 def main(argv: list[str] | None = None) -> int:
+    # the CLI's own comparison arguments (one front end), with the bench's larger default grid
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--benchmarks", default="arc,gsm8k,hellaswag,mmlu,truthfulqa")
-    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
-    ap.add_argument("--k", default="10,20,30,50")
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--test-frac", type=float, default=0.2)
-    ap.add_argument("--val-frac", type=float, default=0.1)
-    ap.add_argument("--split", default="random", choices=("random", "family", "date"))
+    add_arguments(ap, data=DEFAULT_DATA, benchmark="arc,gsm8k,hellaswag,mmlu,truthfulqa",
+                  method=list(DEFAULT_METHODS), k=[10, 20, 30, 50], seeds=5)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args(argv)
-
-    parsed = read_data(args.data)
-    methods = args.methods.split(",")
-    ks = [int(k) for k in args.k.split(",")]
-    seeds = list(range(args.seeds))
-    config = ProtocolConfig(split_policy=args.split, val_frac=args.val_frac, test_frac=args.test_frac)
     args.out.mkdir(parents=True, exist_ok=True)
-    results = []
-    benchmarks = args.benchmarks.split(",")
     t0 = time.perf_counter()
-    with tqdm(total=len(benchmarks) * len(methods) * len(ks) * len(seeds), file=sys.stderr) as bar:
-        for bench in benchmarks:
-            matrix = build_matrix(parsed.responses, parsed.scores, bench)
-            def tick(r: object) -> None:
-                bar.set_postfix_str(f"{r.benchmark} {r.method} k={r.k}")  # type: ignore[attr-defined]
-                bar.update(1)
-
-            results += run_protocol(matrix, methods, ks, seeds, config=config, progress=tick)
-            # write as we go: a long run interrupted still leaves its finished benchmarks
-            results_frame(results).write_csv(args.out / "accuracy_runs.csv")
+    with open_data(args.data) as data:
+        # write as we go: a long run interrupted still leaves its finished benchmarks
+        results = compare(args, data, on_benchmark=lambda rs: results_frame(rs).write_csv(
+            args.out / "accuracy_runs.csv"))
     summary = summarize(results)
     summary.write_csv(args.out / "accuracy_summary.csv")
     plot_mae_vs_k(summary, args.out / "accuracy_mae_vs_k.png")

@@ -10,14 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 from tqdm import tqdm
 
 from sparseeval.benchmarks import canonical_benchmark
-from sparseeval.errors import UserError
-from sparseeval.evaluation import ProtocolConfig, run_joint_protocol, run_protocol, summarize
+from sparseeval.errors import UsageError, UserError
+from sparseeval.evaluation import EvalResult, ProtocolConfig, run_joint_protocol, run_protocol, summarize
 from sparseeval.matrix import build_matrix
 from sparseeval.methods import available_methods
 from sparseeval.methods.joint import JOINT_METHOD, common_models
@@ -44,13 +45,14 @@ def _methods(text: str) -> list[str]:
     return methods
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("evaluate", help="compare anchor methods on held-out models",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", required=True, type=Path, help="folder or file in any supported format")
-    p.add_argument("--benchmark", default="all",
+def add_arguments(p: argparse.ArgumentParser, **defaults: object) -> argparse.ArgumentParser:
+    """The comparison's arguments: the one front end the CLI and ``bench/accuracy.py`` share (the
+    pipeline's ``evaluation`` asset calls the same :func:`sparseeval.evaluation.run_protocol` with its
+    resource settings). ``defaults`` override the CLI's (the bench runs a larger grid by default)."""
+    p.add_argument("--data", required="data" not in defaults, type=Path, help="folder or file in any supported format")
+    p.add_argument("--benchmark", "--benchmarks", dest="benchmark", default="all",
                    help="benchmark name(s), comma-separated, or 'all' (default)")
-    p.add_argument("--method", default="sparseeval-linear", type=_methods,
+    p.add_argument("--method", "--methods", dest="method", default=["sparseeval-linear"], type=_methods,
                    help="method(s), comma-separated (default sparseeval-linear)")
     p.add_argument("-k", "--k", default=[20], type=_int_list, help="anchor count(s), e.g. 10,20,30,50")
     p.add_argument("--seeds", type=int, default=3, help="number of seeds (splits): 0..N-1 (default 3)")
@@ -59,25 +61,38 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--val-frac", type=float, default=0.1)
     p.add_argument("--split", choices=("random", "family", "date"), default="random")
     p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
-    p.add_argument("--json", type=Path, help="write the list of per-run records here")
-    p.add_argument("--csv", type=Path, help="write the per-run records as CSV here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "
                         "row mean as its score (never assumed: stored items are often a subset)")
+    p.set_defaults(**defaults)
+    return p
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate", help="compare anchor methods on held-out models",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.add_argument("--json", type=Path, help="write the list of per-run records here")
+    p.add_argument("--csv", type=Path, help="write the per-run records as CSV here")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         with open_data(args.data) as data:
-            return _evaluate(args, data)
+            results = compare(args, data)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return _write(args, results)
 
 
-def _evaluate(args: argparse.Namespace, data: DataSource) -> int:
+def compare(args: argparse.Namespace, data: DataSource,
+            on_benchmark: Callable[[list[EvalResult]], None] | None = None) -> list[EvalResult]:
+    """Every method x K x seed of ``args`` on ``data``'s benchmarks (one split per seed shared by all
+    methods); ``on_benchmark`` sees the results so far after each benchmark (a long run that stops
+    early still leaves its finished benchmarks)."""
     present = data.benchmarks()
     if args.benchmark == "all":
         benchmarks = present
@@ -85,15 +100,13 @@ def _evaluate(args: argparse.Namespace, data: DataSource) -> int:
         benchmarks = [canonical_benchmark(b) for b in args.benchmark.split(",") if b.strip()]
         missing = [b for b in benchmarks if b not in present]
         if missing:
-            print(f"error: {args.data}: no benchmark {', '.join(missing)} (found: {', '.join(present)})",
-                  file=sys.stderr)
-            return 2
+            raise UsageError(f"{args.data}: no benchmark {', '.join(missing)} (found: {', '.join(present)})")
     config = ProtocolConfig(split_policy=args.split, val_frac=args.val_frac, test_frac=args.test_frac)
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
     if JOINT_METHOD in args.method:
         return _run_joint(args, data, benchmarks, config, seeds)
     total = len(benchmarks) * len(args.method) * len(args.k) * len(seeds)
-    results = []
+    results: list[EvalResult] = []
     with tqdm(total=total, desc="evaluate", unit="run", disable=args.no_progress, file=sys.stderr) as bar:
         for bench in benchmarks:
             matrix = build_matrix(*data.long(bench), bench, row_mean_is_score=args.row_mean_is_score)
@@ -108,33 +121,30 @@ def _evaluate(args: argparse.Namespace, data: DataSource) -> int:
                 results += run_protocol(matrix, args.method, args.k, seeds, config=config, device=args.device,
                                         dates=dates, progress=tick)
             except UserError as exc:
-                print(f"error: {bench}: {exc}", file=sys.stderr)
-                return 2
-    return _write(args, results)
+                raise UsageError(f"{bench}: {exc}") from exc
+            if on_benchmark is not None:
+                on_benchmark(results)
+    return results
 
 
 def _run_joint(args: argparse.Namespace, data: DataSource, benchmarks: list[str], config: ProtocolConfig,
-               seeds: list[int]) -> int:
+               seeds: list[int]) -> list[EvalResult]:
     """sparseeval-joint in the method list: every method on the models that have every listed benchmark,
     same split per seed; K is per benchmark (the joint method spends K x benchmarks items in all)."""
-    try:
-        matrices = [build_matrix(*data.long(b), b, row_mean_is_score=args.row_mean_is_score) for b in benchmarks]
-        models = common_models(matrices)
-        dates = model_dates(data.models(), models) if args.split == "date" else None
-        n_rows = sum(len(benchmarks) + 1 for _ in args.method) * len(args.k) * len(seeds)
-        with tqdm(total=n_rows, desc="evaluate", unit="row", disable=args.no_progress, file=sys.stderr) as bar:
-            def tick(result: object) -> None:
-                bar.set_postfix_str(f"{result.benchmark} {result.method} k={result.k} "  # type: ignore[attr-defined]
-                                    f"mae={result.mae:.2f}")  # type: ignore[attr-defined]
-                bar.update(1)
+    matrices = [build_matrix(*data.long(b), b, row_mean_is_score=args.row_mean_is_score) for b in benchmarks]
+    models = common_models(matrices)
+    dates = model_dates(data.models(), models) if args.split == "date" else None
+    n_rows = sum(len(benchmarks) + 1 for _ in args.method) * len(args.k) * len(seeds)
+    with tqdm(total=n_rows, desc="evaluate", unit="row", disable=args.no_progress, file=sys.stderr) as bar:
+        def tick(result: object) -> None:
+            bar.set_postfix_str(f"{result.benchmark} {result.method} k={result.k} "  # type: ignore[attr-defined]
+                                f"mae={result.mae:.2f}")  # type: ignore[attr-defined]
+            bar.update(1)
 
-            results = run_joint_protocol(matrices, args.method, args.k, seeds, config=config, device=args.device,
-                                         dates=dates, progress=tick)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        results = run_joint_protocol(matrices, args.method, args.k, seeds, config=config, device=args.device,
+                                     dates=dates, progress=tick)
     print(f"{len(models)} models have every benchmark ({', '.join(benchmarks)}); K is per benchmark", file=sys.stderr)
-    return _write(args, results)
+    return results
 
 
 def _write(args: argparse.Namespace, results: list) -> int:
