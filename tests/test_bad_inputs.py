@@ -17,12 +17,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import make_long_frames
 
 from sparseeval.cli import main as cli_main
 from sparseeval.readers.base import InputError, ParsedResults
 from sparseeval.store import Store
 from sparseeval.validation import validate_results
+from tests.support import make_long_frames
 
 HEADER = "model,benchmark,item_id,correct\n"
 

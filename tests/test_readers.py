@@ -8,7 +8,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from fixtures.formats import (
+
+from sparseeval.readers.base import MODELS_SCHEMA, RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError
+from sparseeval.readers.detect import detect_format, discover, iter_sources, read_source
+from sparseeval.readers.hub import details_patterns, load_details
+from sparseeval.readers.leaderboard import read_details_v1, read_leaderboard_results
+from sparseeval.readers.lm_eval import read_lm_eval
+from tests.fixtures.formats import (
     LM_EVAL_DATE_ID,
     V1_DATE_ID,
     write_details_parquet,
@@ -16,12 +22,6 @@ from fixtures.formats import (
     write_v1_details,
     write_v2_details,
 )
-
-from sparseeval.readers.base import MODELS_SCHEMA, RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError
-from sparseeval.readers.detect import detect_format, discover, iter_sources, read_source
-from sparseeval.readers.hub import details_patterns, load_details
-from sparseeval.readers.leaderboard import read_details_v1, read_leaderboard_results
-from sparseeval.readers.lm_eval import read_lm_eval
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm_v1"
 

@@ -15,7 +15,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from fixtures.formats import (
+
+from sparseeval.benchmarks import MMLU_SUBJECTS, task_benchmark
+from sparseeval.readers.base import InputError
+from sparseeval.readers.detect import detect_format, discover, iter_sources, read_source
+from tests.fixtures.formats import (
     LFS_POINTER_TEXT,
     LIGHTEVAL_DATE_ID,
     write_lighteval_output,
@@ -25,10 +29,6 @@ from fixtures.formats import (
     write_v2_bbh_separate,
     write_v2_details,
 )
-
-from sparseeval.benchmarks import MMLU_SUBJECTS, task_benchmark
-from sparseeval.readers.base import InputError
-from sparseeval.readers.detect import detect_format, discover, iter_sources, read_source
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real_formats"
 SETTINGS = ["task", "n_shot", "metric", "filter", "harness", "harness_version", "limit", "run_at"]

@@ -14,11 +14,11 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
-from conftest import SMALL_BENCHMARKS, SMALL_ITEMS, SMALL_MODELS, make_long_frames
 
 from sparseeval.commands import sql as sql_cmd
 from sparseeval.store import Store
 from sparseeval.store.connection import SQL_DIR
+from tests.support import SMALL_BENCHMARKS, SMALL_ITEMS, SMALL_MODELS, make_long_frames
 
 #: the DuckDB 1.x command-line client of the test extras (package duckdb-cli), next to this Python
 DUCKDB_CLI = Path(sys.executable).parent / "duckdb"

@@ -9,11 +9,11 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
-from conftest import SMALL_BENCHMARKS, SMALL_ITEMS, SMALL_MODELS, make_long_frames
 
 from sparseeval.matrix import build_matrix
 from sparseeval.readers.long import read_long
 from sparseeval.store import TABLES, Store
+from tests.support import SMALL_BENCHMARKS, SMALL_ITEMS, SMALL_MODELS, make_long_frames
 
 N_SMALL = SMALL_MODELS * len(SMALL_BENCHMARKS) * SMALL_ITEMS
 
