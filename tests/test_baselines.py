@@ -49,6 +49,7 @@ def build(method: str, seed: int = 0, k: int = K) -> AnchorEstimator:
     return make_estimator(method, k, random_state=seed, **extra)
 
 
+@pytest.mark.slow
 def test_irt_recovers_planted_item_parameters(data):
     Y_tr = data["Y"][data["train"]]
     p1 = fit_irt(Y_tr, dim=1, random_state=0, device="cpu")

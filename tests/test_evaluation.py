@@ -73,6 +73,7 @@ def test_evaluate_cli_errors_are_clear(synthetic_dir: Path, tmp_path: Path,
         main(["evaluate", "--data", str(synthetic_dir), "--method", "oracle"])
 
 
+@pytest.mark.slow
 def test_installed_entry_point_runs() -> None:
     exe = Path(sys.executable).with_name("sparseeval")
     proc = subprocess.run([str(exe), "evaluate", "--help"], capture_output=True, text=True, timeout=120)

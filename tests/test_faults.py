@@ -270,6 +270,7 @@ def test_ctrl_c_during_publish_keeps_the_data_and_no_temp_file(store: Connection
 
 # --- 11. locks ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_analyst_holding_the_database_fails_writers_fast_and_readers_are_told(store: Connections, monkeypatch,
                                                                               caplog) -> None:
     db = store.path
@@ -328,6 +329,7 @@ def test_duckdb_shell_holding_the_database_fails_writers_at_once(store: Connecti
     assert _rows(store.path) == A + NO_BULK
 
 
+@pytest.mark.slow
 def test_our_own_writers_are_waited_for_past_the_grace(store: Connections) -> None:
     holder = _start(HOLD_WRITE, store.path, 2.5)
     try:
@@ -397,6 +399,7 @@ def test_damaged_database_one_line_error_and_doctor(store: Connections) -> None:
     assert _rows(store.snapshot_path) == AB + NO_BULK  # the doctor left the snapshot alone
 
 
+@pytest.mark.slow
 def test_doctor_reports_and_repairs_a_stale_snapshot_and_temp_files(store: Connections, monkeypatch) -> None:
     db, snap = store.path, store.snapshot_path
     healthy = _doctor(db)

@@ -142,6 +142,7 @@ def test_forward_order_puts_informative_items_first() -> None:
     assert set(order[:2].tolist()) == {6, 7}
 
 
+@pytest.mark.slow
 def test_joint_predictor_roundtrip_predict_and_export(tmp_path: Path) -> None:
     resp, scores = leaderboard(True, n_models=320, n_items=30)
     held = [f"org{m % 20}/m{m}" for m in range(300, 320)]

@@ -213,6 +213,7 @@ def test_evaluation_runs_comparison_and_registry(cfg: TrackingConfig, tmp_path: 
     assert capfd.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_failed_run_is_marked_failed(cfg: TrackingConfig, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         log_evaluation_run(cfg, benchmark="gsm8k", method="random", k=3, seed=1, params={},
