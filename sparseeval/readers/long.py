@@ -33,6 +33,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from sparseeval import settings
 from sparseeval.readers.base import (
     MODELS_SCHEMA,
     RESPONSES_SCHEMA,
@@ -154,7 +155,7 @@ def read_table(path: Path) -> pl.DataFrame:
     if fmt != "parquet" and not compressed and _is_gzip(path):
         raise InputError(path, f"the file is gzip-compressed but named {path.suffix!r}: decompress it or name it "
                                f"{path.name}.gz")
-    con = duckdb.connect()
+    con = duckdb.connect(config=settings.duckdb_config())
     con.execute("SET enable_progress_bar = false").fetchall()
     try:
         with exact_path(path) as readable:

@@ -19,6 +19,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from sparseeval import settings
 from sparseeval.benchmarks import BenchmarkNameError, canonical_benchmark
 from sparseeval.readers.base import RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError, ParsedResults
 from sparseeval.readers.detect import detect_format
@@ -131,7 +132,7 @@ def bulk_long(path: Path) -> _BulkLong | None:
         fmt = "long"
     if responses_file is None or long_format(responses_file) != "parquet":
         return None
-    con = duckdb.connect()
+    con = duckdb.connect(config=settings.duckdb_config())
     try:
         _run(con, "SET enable_progress_bar = false")
         source = f"read_parquet({_sql_text(str(responses_file))})"

@@ -56,6 +56,7 @@ import duckdb
 import polars as pl
 
 import sparseeval
+from sparseeval import settings
 from sparseeval.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -327,7 +328,8 @@ class Connections:
         foreign_since: dict[int, float] = {}
         while True:
             try:
-                con = duckdb.connect(str(path), read_only=read_only, config=dict(config or {}))
+                con = duckdb.connect(str(path), read_only=read_only,
+                                     config={**settings.duckdb_config(), **dict(config or {})})
             except duckdb.Error as exc:
                 if not _is_lock_error(exc):
                     if isinstance(exc, duckdb.ConnectionException):
@@ -666,7 +668,7 @@ class Connections:
         delay = 0.02
         while True:
             try:
-                con = duckdb.connect(str(path), read_only=True)
+                con = duckdb.connect(str(path), read_only=True, config=settings.duckdb_config())
             except duckdb.Error as exc:
                 problem: BaseException = exc
             else:
