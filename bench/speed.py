@@ -10,11 +10,13 @@ configuration side by side, so speed is never bought with accuracy:
 
     python bench/speed.py                  # gsm8k, K=100, threads = all cores
     python bench/speed.py --threads 2 --benchmark arc --k 20
+    python bench/speed.py --methods sparseeval-linear --configs default   # the headline number
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ from pathlib import Path
 import polars as pl
 import torch
 
+from sparseeval.device import cpu_threads
 from sparseeval.evaluation import ProtocolConfig, fit_on_split, score_on_split, split_for_seed
 from sparseeval.matrix import build_matrix
 from sparseeval.metrics import score_metrics
@@ -42,25 +45,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--benchmark", default="gsm8k")
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="CPU threads per fit (0 = $SPARSEEVAL_THREADS, else the idle CPUs)")
     ap.add_argument("--methods", default="sparseeval-linear,sparseeval-mlp")
     ap.add_argument("--configs", default="fast,default,thorough")
     ap.add_argument("--devices", default="cpu,cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
 
     parsed = read_data(args.data)
     matrix = build_matrix(parsed.responses, parsed.scores, args.benchmark)
     split = split_for_seed(matrix, args.seed, ProtocolConfig(test_frac=0.2, val_frac=0.1))
+    threads = cpu_threads(args.threads or None)
     print(f"{args.benchmark}: {matrix.shape[0]} models x {matrix.shape[1]} items, K={args.k}, "
-          f"torch threads={torch.get_num_threads()}, devices={args.devices}")
+          f"threads per fit={threads}, load={os.getloadavg()[0]:.2f}, devices={args.devices}")
     rows = []
     for device in args.devices.split(","):
         for method in args.methods.split(","):
             for name in args.configs.split(","):
                 t0 = time.perf_counter()
-                est = fit_on_split(matrix, split, method, args.k, args.seed, device=device, params=CONFIGS[name])
+                params = {**CONFIGS[name], "threads": threads}
+                est = fit_on_split(matrix, split, method, args.k, args.seed, device=device, params=params)
                 total = time.perf_counter() - t0
                 m = score_metrics(score_on_split(matrix, split, est), matrix.scores[split.test])
                 rows.append({"device": device, "method": method, "config": name,

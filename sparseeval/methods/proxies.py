@@ -86,6 +86,65 @@ def ridge_gcv_from_gram(gram: torch.Tensor, xty: torch.Tensor, yty: float, n: in
     return (rss / n) / (1.0 - dof / n).clamp_min(1e-6) ** 2
 
 
+def ridge_gcv_swaps(gram: torch.Tensor, xty: torch.Tensor, yty: float, n: int, k: int, positions: torch.Tensor,
+                    alpha: float = 1.0) -> torch.Tensor:
+    """GCV error of every single swap of an anchor set, by low-rank updates of one K x K inverse.
+
+    The pool is ordered anchors first: ``gram``/``xty`` as in :func:`ridge_gcv_from_gram` over a pool
+    whose first ``k`` entries are the current anchors and the rest ``C`` candidates. Returns the
+    (P, C) GCV errors of the sets "anchor ``positions[p]`` replaced by candidate ``c``", equal to
+    ``ridge_gcv_from_gram`` on those sets (to rounding) at O(K^3 + C K^2 + P C K) instead of
+    O(P C K^3): one Cholesky of the current system, then per swap a removal (downdate of the
+    inverse by the anchor's row) and an addition (bordering by the candidate's column), each of
+    which changes the solution, the residual sum of squares and the trace of the inverse in closed
+    form. All quantities are kept in the pool's dtype (float64 on a CPU).
+
+    With ``M = G_A + alpha I``, ``H = M^-1``, ``w = H b``: removing anchor ``j`` gives
+    ``w_R = w - H[:, j] w_j / H_jj`` and ``tr(H_R) = tr(H) - |H[:, j]|^2 / H_jj``; adding candidate
+    ``c`` with cross-products ``g`` gives ``u = H_R g = z - H[:, j] z_j / H_jj`` (``z = H g``), Schur
+    complement ``sigma = M_cc - g^T u``, new weight ``t = (b_c - b^T u) / sigma``, and
+    ``w^T b`` += ``t^2 sigma``, ``|w|^2`` = ``|w_R - t u|^2 + t^2``, ``tr`` += ``(|u|^2 + 1) / sigma``;
+    RSS = ``y^T y - w^T b - alpha |w|^2`` (since ``M w = b``).
+    """
+    eye = torch.eye(k, dtype=gram.dtype, device=gram.device)
+    M = gram[:k, :k] + alpha * eye
+    b = xty[:k]
+    chol = torch.linalg.cholesky(M)
+    H = torch.cholesky_inverse(chol)
+    H = 0.5 * (H + H.T)
+    w = H @ b  # (K,)
+    trace = H.diagonal().sum()
+    Gac = gram[:k, k:]  # (K, C) anchors x candidates
+    Z = H @ Gac  # (K, C): z_c = H g_c
+    cand_diag = gram.diagonal()[k:] + alpha  # (C,)
+    b_c = xty[k:]  # (C,)
+
+    hj = H[:, positions].T  # (P, K): column j of H
+    hjj = H[positions, positions]  # (P,)
+    # removal of anchor j (component j of every vector below is exactly zero by construction)
+    w_r = w[None, :] - hj * (w[positions] / hjj)[:, None]  # (P, K)
+    tr_r = trace - (hj * hj).sum(-1) / hjj  # (P,)
+    wb_r = w_r @ b  # (P,) = b_R^T H_R b_R
+    ww_r = (w_r * w_r).sum(-1)  # (P,)
+    # addition of candidate c: u = z_c - H[:, j] z_c[j] / H_jj  -> (P, C, K)
+    zj = Z[positions, :]  # (P, C)
+    U = Z.T[None, :, :] - hj[:, None, :] * (zj / hjj[:, None])[:, :, None]
+    U = U.clone()
+    U[torch.arange(len(positions), device=U.device), :, positions] = 0.0  # exact zero at the removed slot
+    gu = (U * Gac.T[None, :, :]).sum(-1)  # (P, C) g^T u (g's component j meets u_j = 0)
+    sigma = (cand_diag[None, :] - gu).clamp_min(1e-12)
+    bu = U @ b  # (P, C)
+    t = (b_c[None, :] - bu) / sigma
+    uu = (U * U).sum(-1)
+    uw = (U * w_r[:, None, :]).sum(-1)
+    wb = wb_r[:, None] + t * t * sigma
+    ww = ww_r[:, None] - 2 * t * uw + t * t * (uu + 1.0)
+    tr = tr_r[:, None] + (uu + 1.0) / sigma
+    rss = yty - wb - alpha * ww
+    dof = k - alpha * tr + 1.0  # + intercept
+    return (rss / n) / (1.0 - dof / n).clamp_min(1e-6) ** 2
+
+
 # ------------------------------------------------------------------------------------------------
 # Batched MLP
 # ------------------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from typing import Any, Self
 import numpy as np
 import torch
 
-from sparseeval.device import resolve_device
-from sparseeval.methods.base import AnchorEstimator, column_means, impute, register
+from sparseeval.device import resolve_device, thread_limit
+from sparseeval.methods.base import AnchorEstimator, impute, register
 from sparseeval.methods.baselines import random_anchors
 from sparseeval.methods.proxies import (
     BatchedMLP,
@@ -29,6 +29,9 @@ from sparseeval.methods.proxies import (
 from sparseeval.methods.selection import (
     ImportanceFn,
     RefineResult,
+    center,
+    fast_column_means,
+    items_by_row,
     kmeans_start,
     linear_importance,
     refine,
@@ -76,8 +79,10 @@ class _SparseEvalBase(AnchorEstimator):
 
     def __init__(self, k: int, *, random_state: int = 0, device: str = "auto", start: str = "auto",
                  max_steps: int | None = None, n_weak: int = 8, n_cand: int = 32, alpha: float = 1.0,
-                 members: int = 2, max_epochs: int = 2000, lr: float = 1e-2, ais: str = "linear") -> None:
+                 members: int = 2, max_epochs: int = 2000, lr: float = 1e-2, ais: str = "linear",
+                 threads: int | None = None) -> None:
         super().__init__(k, random_state=random_state, device=device)
+        self.threads = threads  #: CPU threads of this fit (None: $SPARSEEVAL_THREADS, else the idle CPUs)
         if start not in ("auto", "kmeans", "random"):
             raise ValueError(f"start must be auto, kmeans or random, got {start!r}")
         self.start = start
@@ -93,11 +98,12 @@ class _SparseEvalBase(AnchorEstimator):
         self.ais = ais
         self.selection_: dict[str, Any] = {}
         self.timings_: dict[str, float] = {}
+        self._rows: torch.Tensor | None = None  #: during fit only: the shared items_by_row matrix
 
     # -- proxy-specific hooks -----------------------------------------------------------------
     def _importance(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray, s_val: np.ndarray,
                     dev: torch.device) -> ImportanceFn:
-        return linear_importance(Y, s, self.alpha, dev)
+        return linear_importance(Y, s, self.alpha, dev, rows=self._rows)
 
     def _fit_final(self, X: np.ndarray, s: np.ndarray, X_val: np.ndarray, s_val: np.ndarray,
                    dev: torch.device) -> None:
@@ -106,13 +112,25 @@ class _SparseEvalBase(AnchorEstimator):
     # -- selection ----------------------------------------------------------------------------
     def fit(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray | None = None,
             s_val: np.ndarray | None = None) -> Self:
-        """Select ``k`` anchors on training rows, then fit the final predictor (early stopping on val)."""
+        """Select ``k`` anchors on training rows, then fit the final predictor (early stopping on val).
+
+        Runs with at most :func:`sparseeval.device.cpu_threads` threads, so fits running side by side
+        (``SPARSEEVAL_THREADS=1`` each) do not oversubscribe the cores.
+        """
+        with thread_limit(self.threads):
+            try:
+                return self._fit(Y, s, Y_val, s_val)
+            finally:
+                self._rows = None
+
+    def _fit(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray | None,
+             s_val: np.ndarray | None) -> Self:
         dev = resolve_device(self.device)
         Y = np.asarray(Y, dtype=np.float32)
         s = np.asarray(s, dtype=np.float32)
         self._check_k(Y.shape[1])
-        fill = column_means(Y)
-        Yi = impute(Y, fill)
+        fill, complete = fast_column_means(Y)
+        Yi = Y if complete else impute(Y, fill)
         if Y_val is None or s_val is None or len(s_val) == 0:
             tr, va = _internal_val(len(s), self.random_state)
             Yi, Yv, s, sv = Yi[tr], Yi[va], s[tr], s[va]
@@ -120,18 +138,23 @@ class _SparseEvalBase(AnchorEstimator):
             Yv = impute(np.asarray(Y_val, dtype=np.float32), fill)
             sv = np.asarray(s_val, dtype=np.float32)
         max_steps = self.max_steps if self.max_steps is not None else 3 * self.k
+        # at leaderboard scale one transposed copy serves the importance, the centring and k-means
+        self._rows = items_by_row(Yi, dev)
         importance = self._importance(Yi, s, Yv, sv, dev)
 
         t0 = time.perf_counter()
-        starts = {"kmeans": lambda: kmeans_start(Yi, self.k, self.random_state),
+        starts = {"kmeans": lambda: kmeans_start(Yi, self.k, self.random_state, rows=self._rows),
                   "random": lambda: random_anchors(Yi.shape[1], self.k, self.random_state)}
         names = ["kmeans", "random"] if self.start == "auto" else [self.start]
         initial = {name: starts[name]() for name in names}
         t1 = time.perf_counter()
         results: dict[str, RefineResult] = {}
+        centered = center(Yi, s, dev, rows=self._rows)
         for name in names:
-            results[name] = refine(Yi, s, initial[name], importance, max_steps=max_steps,
-                                   n_weak=self.n_weak, n_cand=self.n_cand, alpha=self.alpha, device=dev)
+            results[name] = refine(Yi, s, initial[name], importance, max_steps=max_steps, n_weak=self.n_weak,
+                                   n_cand=self.n_cand, alpha=self.alpha, device=dev, centered=centered)
+        del centered, importance
+        self._rows = None
         t2 = time.perf_counter()
         val = {name: ridge_val_mse(Yi[:, res.anchors], s, Yv[:, res.anchors], sv, self.alpha)
                for name, res in results.items()}
