@@ -32,6 +32,7 @@ import polars as pl
 from pipelines.partitions import benchmark_partitions
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from sparseeval.artifact import load_predictor
+from sparseeval.budget import comparison_plan
 from sparseeval.champion import baseline_mae, crossfit_coverage, decide, refit_on_anchors
 from sparseeval.evaluation import fit_on_split, results_frame, run_protocol, split_for_seed, summarize
 from sparseeval.matrix import EmptyMatrixError, ResponseMatrix, build_matrix
@@ -376,8 +377,12 @@ def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
     if done:
         return dg.MaterializeResult(metadata={"decision": f"skipped: {done} evaluation rows already exist for "
                                                           f"data version {version}"})
-    ks = [k for k in settings.ks() if k <= len(matrix.items)]
-    seeds = list(range(settings.seed, settings.seed + settings.compare_seeds))
+    # bounded by a time budget at leaderboard scale (fewer seeds, then methods, then Ks), and said so
+    plan = comparison_plan(*matrix.shape, settings.methods(), settings.ks(),
+                           list(range(settings.seed, settings.seed + settings.compare_seeds)))
+    if plan.reduced:
+        context.log.warning("%s: comparison reduced to fit its budget: %s", matrix.benchmark, plan.describe())
+    ks, seeds = list(plan.ks), list(plan.seeds)
     # the candidate's selection on this data version is exactly the (method, K, seed) cell: reuse it
     selected = db.anchor_sets_by_role(matrix.benchmark, None, origin="selected", data_version=version)
     fitted = {}
@@ -391,7 +396,7 @@ def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
                              "seeds": len(seeds), "split": settings.split_policy, "data_version": version},
                      tags={"dagster.run_id": context.run_id, "data_version": version}) as run:
         run.log_matrix(matrix, source=db.path, digest=version)
-        results = run_protocol(matrix, settings.methods(), ks, seeds, config=settings.protocol(),
+        results = run_protocol(matrix, list(plan.methods), ks, seeds, config=settings.protocol(),
                                device=settings.device, dates=_dates(store, matrix, settings.split_policy),
                                fitted=fitted,
                                progress=lambda r: context.log.info("%s %s k=%d seed=%d: MAE %.2f tau %.3f",
@@ -411,6 +416,7 @@ def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
     context.log.info("%s: best method %s at K=%d, MAE %.2f points (%d runs compared)", matrix.benchmark,
                      best["method"], best["k"], best["mae_mean"], frame.height)
     return dg.MaterializeResult(metadata={"runs": frame.height, "mlflow_run_id": run_id, "data_version": version,
+                                          "plan": plan.describe(), "plan_reduced": plan.reduced,
                                           "method_ranking": dg.MetadataValue.md(_markdown(table.sort("k", "mae_mean"))),
                                           "mae_vs_k": picture})
 

@@ -38,6 +38,9 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
                                           "sparseeval-mlp", "methods in the comparison"),
     Setting("SPARSEEVAL_COMPARE_KS", "10,20", "anchor counts in the comparison"),
     Setting("SPARSEEVAL_COMPARE_SEEDS", "3", "seeds (splits) in the comparison"),
+    Setting("SPARSEEVAL_COMPARE_BUDGET_S", "300",
+            "seconds the method comparison may take per benchmark (0: no budget); above it fewer seeds, "
+            "methods, Ks are run and the asset says so"),
     Setting("SPARSEEVAL_CHALLENGER_MARGIN", "0.05",
             "a re-selected anchor set replaces the champion only if its held-out MAE is this fraction lower"),
     Setting("SPARSEEVAL_CHALLENGER_MIN_DAYS", "30", "at most one champion change per this many days"),
