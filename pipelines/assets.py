@@ -199,7 +199,8 @@ def candidate(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix
     with tracked_run(tracking.config(), "candidate", benchmark=bench,
                      params={"k": k, "method": settings.method, "seed": settings.seed, "split": settings.split_policy,
                              "alpha": settings.alpha, "data_version": version},
-                     tags={"dagster.run_id": context.run_id, "data_version": version}) as run:
+                     tags={"dagster.run_id": context.run_id, "data_version": version}) as run, \
+            db.publishing_once():  # its several writes publish the snapshot once
         run.log_matrix(matrix, source=db.path, digest=version)
         yield from _candidate_fit(context, matrix, db, store, settings, run, version, k, champion, same_setup)
 
@@ -304,6 +305,23 @@ def champion(context: dg.AssetExecutionContext, store: StoreResource, tracking: 
     with tracked_run(cfg, "champion", benchmark=bench, tags={"dagster.run_id": context.run_id}) as parent:
         for role, row in [("champion", chosen), *[("challenger", c) for c in challengers]]:
             published[role] = _register(cfg, bench, role, row, context.run_id, parent.run_id)
+    with db.publishing_once():  # the role changes publish the snapshot once
+        _record_publication(db, bench, chosen, challengers, published, settings)
+    champ = published["champion"]
+    context.log.info("%s: published anchor set #%s (K=%d, held-out MAE %.2f points) as champion, registry version %s",
+                     bench, champ["anchor_set_id"], chosen["k"], chosen["test_mae"], champ["registry_version"])
+    return dg.MaterializeResult(metadata={
+        "decision": f"published anchor set #{champ['anchor_set_id']} as champion (registry version "
+                    f"{champ['registry_version']}; previous champion #{champ['previous']})",
+        "champion": champ["anchor_set_id"], "registry_version": champ["registry_version"],
+        "challenger": published.get("challenger", {}).get("anchor_set_id"),
+        "test_mae_points": chosen["test_mae"], "folder": str(Path(settings.predictor_dir) / bench),
+    })
+
+
+def _record_publication(db: Any, bench: str, chosen: dict[str, Any], challengers: list[dict[str, Any]],
+                        published: dict[str, Any], settings: SettingsResource) -> None:
+    """Copy the champion's folder to the published place and record both roles in DuckDB."""
     for role, row in [("champion", chosen), *[("challenger", c) for c in challengers]]:
         folder, version, run_id = Path(row["artifact_uri"]), *published[role]
         published[role] = {"anchor_set_id": row["anchor_set_id"], "registry_version": version, "run_id": run_id}
@@ -315,16 +333,6 @@ def champion(context: dg.AssetExecutionContext, store: StoreResource, tracking: 
             published[role]["previous"] = previous
         else:
             db.update_anchor_set(row["anchor_set_id"], registry_version=version, mlflow_run_id=run_id)
-    champ = published["champion"]
-    context.log.info("%s: published anchor set #%s (K=%d, held-out MAE %.2f points) as champion, registry version %s",
-                     bench, champ["anchor_set_id"], chosen["k"], chosen["test_mae"], champ["registry_version"])
-    return dg.MaterializeResult(metadata={
-        "decision": f"published anchor set #{champ['anchor_set_id']} as champion (registry version "
-                    f"{champ['registry_version']}; previous champion #{champ['previous']})",
-        "champion": champ["anchor_set_id"], "registry_version": champ["registry_version"],
-        "challenger": published.get("challenger", {}).get("anchor_set_id"),
-        "test_mae_points": chosen["test_mae"], "folder": str(Path(settings.predictor_dir) / bench),
-    })
 
 
 def _register(cfg: Any, bench: str, role: str, row: dict[str, Any], dagster_run_id: str,
