@@ -37,7 +37,7 @@ test: install
 
 test-fast: install
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -m "not slow" -q
+	$(VENV)/bin/pytest -m "not slow" -q -n 2 --ignore=tests/test_pipeline.py
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -340,6 +340,7 @@ def test_tracked_run_wraps_the_work_with_dataset_plots_and_metrics(cfg: Tracking
     assert cov == sorted(cov) and levels[0.9] == pytest.approx(held.coverage) and levels[0.95] >= 0.75
 
 
+@pytest.mark.slow
 def test_tracked_run_failure_is_recorded_and_raised(cfg: TrackingConfig) -> None:
     with pytest.raises(RuntimeError, match="boom"), tracked_run(cfg, "champion", benchmark="gsm8k") as run:
         run.log_metrics({"test_mae": 2.0})
