@@ -31,7 +31,7 @@ import polars as pl
 
 from pipelines.partitions import benchmark_partitions
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
-from sparseeval.artifact import load_predictor
+from sparseeval.artifact import PredictorArtifact, load_predictor
 from sparseeval.budget import comparison_plan
 from sparseeval.champion import baseline_mae, crossfit_coverage, decide, refit_on_anchors
 from sparseeval.evaluation import fit_on_split, results_frame, run_protocol, split_for_seed, summarize
@@ -147,13 +147,7 @@ def _fit_version(matrix: ResponseMatrix, split: Any, est: Any, settings: Setting
     db = store.store()
     artifact = artifact_from_fit(matrix, split, est, alpha=settings.alpha, seed=settings.seed,
                                  models=db.model_metadata(), settings=db.training_settings(matrix.benchmark))
-    staging = Path(settings.predictor_dir) / matrix.benchmark / "versions" / f".staging-{origin}"
-    saved = artifact.save(staging)
-    folder = staging.parent / saved.content_hash.removeprefix("sha256:")[:16]
-    if folder.exists():
-        shutil.rmtree(staging)
-    else:
-        staging.rename(folder)
+    folder, saved = save_version(artifact, Path(settings.predictor_dir) / matrix.benchmark, origin)
     items = [matrix.items[i] for i in est.anchors_]
     mae = saved.calibration["calibration_mae_points"]  # one held-out MAE: the one predictor.json carries
     coverage = crossfit_coverage(matrix, split, est, alpha=settings.alpha, seed=settings.seed,
@@ -169,6 +163,20 @@ def _fit_version(matrix: ResponseMatrix, split: Any, est: Any, settings: Setting
         baseline_mae=baseline, coverage=coverage)
     return {"anchor_set_id": anchor_set_id, "folder": str(folder), "mae": mae, "coverage": coverage,
             "items": items, "origin": origin, "content_hash": saved.content_hash}
+
+
+def save_version(artifact: PredictorArtifact, root: Path, origin: str) -> tuple[Path, PredictorArtifact]:
+    """Save ``artifact`` as the version folder ``<root>/versions/<content hash>`` (written once per
+    content: the same fit again reuses it); the folder and the saved artifact."""
+    staging = root / "versions" / f".staging-{origin}"
+    shutil.rmtree(staging, ignore_errors=True)
+    saved = artifact.save(staging)
+    folder = staging.parent / saved.content_hash.removeprefix("sha256:")[:16]
+    if folder.exists():
+        shutil.rmtree(staging)
+    else:
+        staging.rename(folder)
+    return folder, saved
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"pytorch", "duckdb"}, owners=OWNERS,
@@ -290,7 +298,13 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
                       "in <predictors>/<benchmark>/versions/ and in the registry.")
 def champion(context: dg.AssetExecutionContext, store: StoreResource, tracking: TrackingResource,
              settings: SettingsResource) -> dg.MaterializeResult:
-    bench = context.partition_key
+    return publish_proposed(context, context.partition_key, store, tracking, settings)
+
+
+def publish_proposed(context: dg.AssetExecutionContext, bench: str, store: StoreResource, tracking: TrackingResource,
+                     settings: SettingsResource) -> dg.MaterializeResult:
+    """Publish ``bench``'s proposed anchor set (a benchmark's, or the joint predictor's): registry
+    alias, published folder, DuckDB role; the challenger beside it."""
     db = store.store()
     proposed = db.anchor_sets_by_role(bench, "proposed")
     current = db.champion(bench)

@@ -10,6 +10,9 @@
   benchmarks whose data version changed, and only those.
 * ``daily_refresh``: launches the ``ingest`` job; when nothing changed, the sensor requests no
   refresh (and a refresh of an unchanged benchmark skips its fit and says why).
+* ``joint`` job (``joint_anchors`` -> ``joint_champion``): the predictor spanning every benchmark;
+  ``joint_after_refresh_sensor`` requests it when the last queued ``refresh`` run has succeeded
+  (it reads every benchmark's matrix; unchanged matrices: it skips its fit and says why).
 """
 
 
@@ -20,6 +23,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
+from pipelines.joint import joint_anchors, joint_champion
 from pipelines.partitions import BENCHMARK_PARTITIONS, benchmark_partitions
 from pipelines.resources import SourceResource, StoreResource
 from sparseeval.readers.detect import discover
@@ -43,6 +47,11 @@ def daily_refresh(context: dg.ScheduleEvaluationContext):
     """Every day at 03:00: ingest; the sensor below refreshes the benchmarks that changed."""
     stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
     return dg.RunRequest(run_key=f"daily-{stamp}")
+
+joint_job = dg.define_asset_job(
+    "joint", selection=dg.AssetSelection.assets(joint_anchors, joint_champion),
+    description="Fit, check and publish the joint predictor (one anchor set for every benchmark) from the "
+                "benchmarks' current matrices. Unchanged matrices and settings: skips.")
 
 
 def unit_signature(path: Path) -> str:
@@ -107,3 +116,18 @@ def benchmarks_changed_sensor(context: dg.SensorEvaluationContext, asset_event: 
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=[benchmark_partitions.build_add_request(new)] if new else [])
+
+
+#: a refresh run that has not finished yet (the joint predictor waits for the last one)
+IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+               dg.DagsterRunStatus.STARTED]
+
+
+@dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[refresh_job], request_job=joint_job,
+                      default_status=dg.DefaultSensorStatus.RUNNING)
+def joint_after_refresh_sensor(context: dg.RunStatusSensorContext):
+    """After a successful ``refresh`` run, once no other refresh is queued or running: one ``joint`` run."""
+    busy = context.instance.get_run_records(dg.RunsFilter(job_name=refresh_job.name, statuses=IN_PROGRESS), limit=1)
+    if busy:
+        return dg.SkipReason("refresh runs still in progress: the joint predictor waits for the last one")
+    return dg.RunRequest(run_key=f"joint-after-{context.dagster_run.run_id}")

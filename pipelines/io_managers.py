@@ -41,14 +41,23 @@ class MatrixIOManager(dg.ConfigurableIOManager):
 
     base_dir: str
 
-    def _path(self, context: dg.OutputContext | dg.InputContext) -> Path:
+    def _path(self, context: dg.OutputContext | dg.InputContext, partition: str | None = None) -> Path:
         key = context.asset_key.path[-1]
-        return Path(self.base_dir) / key / f"{context.asset_partition_key}.npz"
+        return Path(self.base_dir) / key / f"{partition or context.asset_partition_key}.npz"
 
     def handle_output(self, context: dg.OutputContext, obj: ResponseMatrix) -> None:
         path = self._path(context)
         save_matrix(obj, path)
         context.add_output_metadata({"path": dg.MetadataValue.path(str(path))})
 
-    def load_input(self, context: dg.InputContext) -> ResponseMatrix:
+    def load_input(self, context: dg.InputContext) -> ResponseMatrix | dict[str, ResponseMatrix]:
+        """One partition's matrix; for a step that reads every partition (the joint predictor), a dict
+        benchmark -> matrix of the partitions that have been materialized (the step says which it used)."""
+        if not context.has_partition_key:  # an unpartitioned step reading all partitions
+            keys = context.asset_partition_keys if context.has_asset_partitions else []
+            paths = {key: self._path(context, key) for key in keys}
+            missing = sorted(key for key, path in paths.items() if not path.is_file())
+            if missing:
+                context.log.warning("no matrix yet for %s (not refreshed): left out", ", ".join(missing))
+            return {key: load_matrix(path) for key, path in paths.items() if path.is_file()}
         return load_matrix(self._path(context))

@@ -91,6 +91,7 @@ class SettingsResource(dg.ConfigurableResource):
     challenger_min_days: float = float(defaults.SETTINGS["challenger_min_days"].default)
     coverage_tolerance: float = float(defaults.SETTINGS["coverage_tolerance"].default)
     predictor_dir: str = "data/predictors"
+    joint_benchmarks: str = ""  #: benchmarks of the joint predictor ("" every plain one, "none" off)
 
     def protocol(self) -> ProtocolConfig:
         return ProtocolConfig(split_policy=self.split_policy, val_frac=self.val_frac,  # type: ignore[arg-type]
@@ -121,6 +122,7 @@ def default_resources() -> dict[str, Any]:
             compare_seeds=_env_or("compare_seeds", int(defaults.SETTINGS["compare_seeds"].default)),
             compare_ks=_env_or("compare_ks", defaults.SETTINGS["compare_ks"].default),
             predictor_dir=_env_or("predictors", str(defaults.predictor_dir())),
+            joint_benchmarks=_env_or("joint_benchmarks", ""),
             # floats: read once here (dg.EnvVar carries strings and ints only)
             alpha=float(defaults.SETTINGS["alpha"].get()),
             challenger_margin=float(defaults.SETTINGS["challenger_margin"].get()),

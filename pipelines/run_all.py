@@ -1,4 +1,5 @@
-"""Ingest once, add the benchmarks as partitions, refresh each in-process, print a short summary.
+"""Ingest once, add the benchmarks as partitions, refresh each in-process, then the joint predictor;
+print a short summary.
 
 This is ``make run``: the same jobs the schedule and sensors launch, executed against the
 persistent Dagster instance (``DAGSTER_HOME``), so every run, materialization and asset check is
@@ -43,6 +44,18 @@ def _summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float)
             f"  {'':<12} {published.get('decision') or fit.get('decision', '')}")
 
 
+def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:
+    if not result.success:
+        failed = [e.step_key for e in result.all_events if e.is_step_failure]
+        return f"  {'joint':<12} FAILED in {', '.join(failed) or 'run'} ({seconds:.0f} s)"
+    fit, published = _metadata(result, "joint_anchors"), _metadata(result, "joint_champion")
+    if fit.get("proposed") is None:
+        return f"  {'joint':<12} {fit.get('decision', '')} ({seconds:.1f} s)"
+    return (f"  {'joint':<12} models {fit['models']:>5}  items {fit['items']:>5} ({fit['k_per_benchmark']} per "
+            f"benchmark)  mean-score MAE {fit['test_mae_points']:5.2f} pts  {seconds:5.1f} s\n"
+            f"  {'':<12} {published.get('decision') or fit.get('decision', '')}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--benchmarks", help="comma-separated subset of the partitions (default: all)")
@@ -71,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
                                         run_config=INFO_LOGS)
         ok &= result.success
         lines.append(_summary_line(key, result, time.perf_counter() - t0))
+    if not args.benchmarks:  # the joint predictor reads every benchmark's matrix
+        t0 = time.perf_counter()
+        result = defs.resolve_job_def("joint").execute_in_process(instance=instance, raise_on_error=False,
+                                                                  run_config=INFO_LOGS)
+        ok &= result.success
+        lines.append(_joint_line(result, time.perf_counter() - t0))
     resources = defs.resources or {}
     db = settings.db_path().resolve()
     tracking = resources["tracking"].config()

@@ -220,3 +220,24 @@ def canonical_benchmark(name: object) -> str:
     if key.startswith(("mmlu_", "hendrycks_test-", "harness|hendrycks_test-", "harness|hendryckstest-")):
         return "mmlu"
     return stripped
+
+
+def joint_benchmarks(requested: str, available: list[str]) -> list[str]:
+    """The benchmarks a joint predictor spans, from the ``SPARSEEVAL_JOINT_BENCHMARKS`` setting.
+
+    Empty: every available benchmark that is not a settings variant (``arc@0shot`` is the same
+    benchmark as ``arc`` run another way: both in one joint set would count it twice). ``none``: no
+    joint predictor. Otherwise the listed names (aliases allowed); a listed benchmark that is not
+    available is an error, not silently dropped.
+    """
+    text = requested.strip()
+    if text.lower() == "none":
+        return []
+    if not text:
+        return sorted(b for b in available if split_variant(b)[0] == b)
+    wanted = [canonical_benchmark(b) for b in text.split(",") if b.strip()]
+    missing = [b for b in wanted if b not in available]
+    if missing:
+        raise BenchmarkNameError(f"joint benchmarks not in the data: {', '.join(missing)} "
+                                 f"(available: {', '.join(sorted(available))})")
+    return sorted(dict.fromkeys(wanted))

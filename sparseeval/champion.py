@@ -11,6 +11,7 @@ pipeline records the outcome in DuckDB and MLflow.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -21,6 +22,7 @@ from sparseeval.evaluation import fit_on_split, score_on_split
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods import AnchorEstimator, make_estimator
 from sparseeval.methods.base import column_means, impute
+from sparseeval.methods.joint import MEAN, JointData, JointSparseEval
 from sparseeval.splits import Split
 
 
@@ -79,21 +81,56 @@ def crossfit_coverage(matrix: ResponseMatrix, split: Split, est: AnchorEstimator
     conformal quantile of one half is applied to the other, both ways. (The published calibration
     uses all of them, so measuring coverage on those same models would be circular.) None when a
     half is too small for a finite quantile."""
+    return _crossfit(matrix.with_nan(), matrix.scores, split, est, alpha=alpha, seed=seed, mode=mode)
+
+
+def _crossfit(Y: np.ndarray, scores: np.ndarray, split: Split, est: AnchorEstimator, *, alpha: float,
+              seed: int, mode: str) -> float | None:
     test = np.asarray(split.test)
     half = len(test) // 2
     if half < math.ceil(1.0 / alpha) - 1:
         return None
     order = np.random.default_rng(seed + 104729).permutation(len(test))
     a, b = test[order[:half]], test[order[half:]]
-    Y = matrix.with_nan()
     assert est.anchors_ is not None
     covered = []
     for cal, chk in ((a, b), (b, a)):
         pred_cal = est.predict(Y[cal][:, est.anchors_])
-        q = conformal_quantile(np.abs(pred_cal - matrix.scores[cal]) / scale_of(pred_cal, mode), alpha)
+        q = conformal_quantile(np.abs(pred_cal - scores[cal]) / scale_of(pred_cal, mode), alpha)
         pred = est.predict(Y[chk][:, est.anchors_])
-        covered.append(np.abs(pred - matrix.scores[chk]) <= q * scale_of(pred, mode))
+        covered.append(np.abs(pred - scores[chk]) <= q * scale_of(pred, mode))
     return float(np.mean(np.concatenate(covered)))
+
+
+# ------------------------------------------------------------------------------------------------
+# The joint predictor's publishing bar: every benchmark, on the joint split's held-out models
+# ------------------------------------------------------------------------------------------------
+def joint_baseline_maes(matrices: Sequence[ResponseMatrix], split: Split, k: int, seed: int, *,
+                        device: str = "auto") -> dict[str, float]:
+    """Per benchmark, ``random-linear`` with ``k`` of its own items on the joint split (``matrices``
+    restricted to the joint models, in the joint data's model order): the bar each output of a
+    ``sparseeval-joint`` predictor with ``k`` items per benchmark must clear; ``mean``: the mean of
+    those predictions against the mean score."""
+    out: dict[str, float] = {}
+    preds = []
+    for m in matrices:
+        pred = score_on_split(m, split, fit_on_split(m, split, "random-linear", min(k, len(m.items)), seed,
+                                                     device=device))
+        out[m.benchmark] = float(np.mean(np.abs(pred - m.scores[split.test])) * 100.0)
+        preds.append(pred)
+    truth = np.mean([m.scores[split.test] for m in matrices], axis=0)
+    out[MEAN] = float(np.mean(np.abs(np.mean(preds, axis=0) - truth)) * 100.0)
+    return out
+
+
+def joint_crossfit_coverage(data: JointData, split: Split, est: JointSparseEval, *, alpha: float, seed: int = 0,
+                            modes: dict[str, str] | None = None) -> dict[str, float | None]:
+    """:func:`crossfit_coverage` of every output of a joint estimator (each benchmark and the mean),
+    each with its own calibration scale ``modes[name]`` (default binomial)."""
+    S = np.concatenate([data.S, data.S.mean(axis=1, keepdims=True)], axis=1).astype(np.float64)
+    return {name: _crossfit(data.Y, S[:, o], split, est.output(name), alpha=alpha, seed=seed,
+                            mode=(modes or {}).get(name, "binomial"))
+            for o, name in enumerate([*data.benchmarks, MEAN])}
 
 
 @dataclass(frozen=True)

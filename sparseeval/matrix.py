@@ -7,6 +7,8 @@ leaderboard scale (thousands of models x tens of thousands of items).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +42,15 @@ class ResponseMatrix:
     @property
     def density(self) -> float:
         return float(self.observed.mean()) if self.observed.size else 0.0
+
+    def digest(self) -> str:
+        """sha256 of the matrix's content (names, cells, mask, targets): what a fit on it saw, so a
+        step that reads several matrices can tell exactly which data it was given."""
+        h = hashlib.sha256()
+        h.update(json.dumps([self.benchmark, self.models, self.items]).encode("utf-8"))
+        for array in (self.values, self.observed, self.scores):
+            h.update(np.ascontiguousarray(array).tobytes())
+        return h.hexdigest()
 
     def take_models(self, rows: np.ndarray) -> ResponseMatrix:
         """The same matrix restricted to the given model rows (used by splits)."""

@@ -31,6 +31,9 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
     Setting("SPARSEEVAL_SOURCE", "", "results folder to ingest (default: the embedded synthetic leaderboard)"),
     Setting("SPARSEEVAL_METHOD", "sparseeval-mlp", "anchor method the pipeline publishes"),
     Setting("SPARSEEVAL_K", "20", "anchors per benchmark"),
+    Setting("SPARSEEVAL_JOINT_BENCHMARKS", "",
+            "benchmarks of the joint predictor, comma-separated (default: every benchmark without a "
+            "variant suffix; 'none' turns the joint predictor off)"),
     Setting("SPARSEEVAL_SEED", "0", "seed of the published split and fit"),
     Setting("SPARSEEVAL_DEVICE", "auto", "auto (CUDA when present), cpu or cuda"),
     Setting("SPARSEEVAL_ALPHA", "0.1", "interval miscoverage (0.1: 90 % intervals)"),

@@ -432,9 +432,13 @@ def comparison_metrics(frame: pl.DataFrame) -> dict[str, float]:
     return out
 
 
+#: the joint predictor's name (:data:`sparseeval.methods.joint.JOINT_METHOD`, not imported: it needs torch)
+JOINT_PREDICTOR = "sparseeval-joint"
+
+
 def registered_model_name(benchmark: str) -> str:
-    """Registry name of a benchmark's predictor."""
-    return f"sparseeval-{benchmark}"
+    """Registry name of a benchmark's predictor; the joint predictor's is the method's own name."""
+    return benchmark if benchmark == JOINT_PREDICTOR else f"sparseeval-{benchmark}"
 
 
 class SparseEvalPredictorModel(mlflow.pyfunc.PythonModel):

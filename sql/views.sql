@@ -19,9 +19,10 @@ FROM r FULL OUTER JOIN s ON r.benchmark = s.benchmark
 ORDER BY benchmark;
 
 -- The anchors users run: the published champion of each benchmark, in predictor input order.
+-- The joint predictor (benchmark 'sparseeval-joint') spans several: item_benchmark is each anchor's own.
 CREATE OR REPLACE VIEW latest_anchors AS
 SELECT n.benchmark, n.anchor_set_id, n.method, n.k, n.seed, n.created_at, n.published_at,
-       a.position, a.item_id, a.weight
+       a.position, a.item_id, a.weight, a.benchmark AS item_benchmark
 FROM anchor_sets n JOIN anchors a ON a.anchor_set_id = n.anchor_set_id
 WHERE n.role = 'champion'
 ORDER BY n.benchmark, a.position;

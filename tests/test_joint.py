@@ -180,3 +180,25 @@ def test_joint_predictor_roundtrip_predict_and_export(tmp_path: Path) -> None:
     assert sum(len(v) for v in first.values()) == 5
     meta = json.loads((tmp_path / "joint" / "predictor.json").read_text())
     assert sorted(meta["extra"]["adaptive"]["order"]) == list(range(12))
+
+
+@pytest.mark.slow
+def test_fit_command_publishes_a_joint_predictor(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sparseeval fit --method sparseeval-joint --benchmark a,b``: one folder, K per benchmark, and the
+    usage errors a user meets (one benchmark only, a benchmark not in the data)."""
+    from sparseeval.cli import main
+
+    resp, scores = leaderboard(True, n_models=240, n_items=25)
+    (tmp_path / "data").mkdir()
+    resp.write_parquet(tmp_path / "data" / "responses.parquet")
+    scores.write_parquet(tmp_path / "data" / "scores.parquet")
+    data = ["--data", str(tmp_path / "data"), "--method", "sparseeval-joint", "-k", "3", "--device", "cpu"]
+    assert main(["fit", *data, "--benchmark", "alpha,beta,gamma", "--out", str(tmp_path / "joint")]) == 0
+    out = capsys.readouterr().out
+    assert "sparseeval-joint with 9 anchors" in out and "  mean: MAE" in out
+    loaded = load_predictor(tmp_path / "joint")
+    assert loaded.is_joint and loaded.benchmarks == ["alpha", "beta", "gamma"] and loaded.k == 9
+    assert main(["fit", *data, "--benchmark", "alpha"]) == 2
+    assert "takes two benchmarks or more" in capsys.readouterr().err
+    assert main(["fit", *data, "--benchmark", "alpha,omega"]) == 2
+    assert "no benchmark 'omega'" in capsys.readouterr().err

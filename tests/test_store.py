@@ -254,3 +254,32 @@ def test_predictions_round_trip_against_truth(small_long_dir: Path, tmp_db: Path
     assert view.get_column("ood").to_list() == [False, False, True]
     with pytest.raises(ValueError, match="outside"):
         store.save_predictions([{**preds[0], "predicted": 1.3}])
+
+
+def test_an_ingest_publishes_the_snapshot_once_and_reads_its_own_writes(tmp_path: Path, tmp_db: Path) -> None:
+    """Several units in one ingest: one snapshot copy at the end, not one per unit (the reads an ingest
+    makes between its writes, such as "was this file ingested before?", read the database itself);
+    a second copy of a unit within the same ingest is still recognised."""
+    folder = tmp_path / "units"
+    folder.mkdir()
+    for seed in range(3):
+        responses, _ = make_long_frames(seed=seed, prefix=f"lab{seed}-")
+        responses.write_parquet(folder / f"unit{seed}.parquet")
+    shutil.copy(folder / "unit0.parquet", folder / "unit0_again.parquet")
+    store = Store(tmp_db)
+    store.apply_schema()
+    before = store.publish_count
+    report = store.ingest(folder)
+    assert sorted(f.status for f in report.files) == ["ok", "ok", "ok", "skipped"]
+    assert store.publish_count - before == 1
+    with duckdb.connect(str(store.snapshot_path), read_only=True) as con:  # the one publish has everything
+        assert con.execute("SELECT count(*) FROM ingests WHERE status = 'ok'").fetchone()[0] == 3
+    responses, _ = make_long_frames(seed=3, prefix="lab3-")
+    responses.write_parquet(tmp_path / "unit3.parquet")
+    with store.publishing_once():  # a batch's reads see its writes before they are published
+        store.ingest(tmp_path / "unit3.parquet")
+        assert store.query("SELECT count(*) AS n FROM ingests WHERE status = 'ok'").item() == 4
+        with duckdb.connect(str(store.snapshot_path), read_only=True) as con:
+            assert con.execute("SELECT count(*) FROM ingests").fetchone()[0] == 3
+    with duckdb.connect(str(store.snapshot_path), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM ingests").fetchone()[0] == 4

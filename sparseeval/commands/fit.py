@@ -1,4 +1,5 @@
-"""``sparseeval fit``: fit, calibrate and publish a predictor for one benchmark.
+"""``sparseeval fit``: fit, calibrate and publish a predictor for one benchmark (or, with
+``--method sparseeval-joint --benchmark b1,b2,...``, one predictor for several, K anchors per benchmark).
 
 Models of ``--data`` are split once with ``--seed``: ``--calibration-frac`` held out for the
 conformal intervals and the OOD threshold, the rest fits the method. The predictor folder
@@ -16,25 +17,41 @@ from pathlib import Path
 from sparseeval import settings
 from sparseeval.benchmarks import canonical_benchmark
 from sparseeval.commands.predict import USER_ERRORS
+from sparseeval.errors import UsageError
+from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.progress import progress_bar
 from sparseeval.readers.base import InputError
-from sparseeval.scoring import fit_predictor
+from sparseeval.scoring import fit_joint_predictor, fit_predictor
 from sparseeval.sources import open_data
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        bench = canonical_benchmark(args.benchmark)
+        benches = list(dict.fromkeys(canonical_benchmark(b) for b in args.benchmark.split(",") if b.strip()))
+        joint = args.method == JOINT_METHOD
+        if (len(benches) < 2) if joint else (len(benches) != 1):
+            raise UsageError(f"--method {JOINT_METHOD} takes two benchmarks or more (--benchmark arc,mmlu); "
+                             "every other method one")
+        bench = JOINT_METHOD if joint else benches[0]
         with progress_bar("fit", total=3, unit="phase") as tick, open_data(args.data) as data:
             tick(f"read {args.data}")
             t0 = time.perf_counter()
-            if bench not in data.benchmarks():
-                raise InputError(args.data, f"no benchmark {bench!r} (found: {', '.join(data.benchmarks())})")
-            artifact = fit_predictor(*data.long(bench), bench, args.k, args.method,
-                                     calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
-                                     alpha=args.alpha, models=data.models(), row_mean_is_score=args.row_mean_is_score,
-                                     settings=data.settings(bench))
-            tick(f"selected and calibrated {args.k} anchors")
+            missing = [b for b in benches if b not in data.benchmarks()]
+            if missing:
+                raise InputError(args.data, f"no benchmark {', '.join(map(repr, missing))} "
+                                            f"(found: {', '.join(data.benchmarks())})")
+            if joint:  # one anchor set for every listed benchmark, K per benchmark
+                responses, scores = data.long(None)
+                artifact = fit_joint_predictor(
+                    responses, scores, benches, args.k, calibration_frac=args.calibration_frac, seed=args.seed,
+                    device=args.device, alpha=args.alpha, models=data.models(),
+                    row_mean_is_score=args.row_mean_is_score, settings={b: data.settings(b) for b in benches})
+            else:
+                artifact = fit_predictor(*data.long(bench), bench, args.k, args.method,
+                                         calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
+                                         alpha=args.alpha, models=data.models(),
+                                         row_mean_is_score=args.row_mean_is_score, settings=data.settings(bench))
+            tick(f"selected and calibrated {artifact.k} anchors")
             out = args.out or (args.registry or settings.predictor_dir()) / bench
             saved = artifact.save(out)
             tick(f"saved {out}")
@@ -43,9 +60,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     c = saved.calibration
     print(f"{bench}: {saved.method} with {saved.k} anchors fitted on {saved.train_models['count']} models "
-          f"in {time.perf_counter() - t0:.1f}s; calibrated on {c['n_calibration']} held-out models: "
-          f"MAE {c['calibration_mae_points']:.2f} points, {100 * (1 - c['alpha']):g}% interval "
-          f"mean half-width {c['mean_halfwidth_points']:.2f} points ({c['mode']} scale)")
+          f"in {time.perf_counter() - t0:.1f}s; calibrated on {c['n_calibration']} held-out models:")
+    for name, out in (c["outputs"] if saved.is_joint else {bench: c}).items():
+        print(f"  {name}: MAE {out['calibration_mae_points']:.2f} points, {100 * (1 - c['alpha']):g}% interval "
+              f"mean half-width {out['mean_halfwidth_points']:.2f} points ({out['mode']} scale)")
     print(f"saved {out} ({saved.content_hash})")
     return 0
 
@@ -55,8 +73,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, required=True, metavar="DIR",
                    help="results in any supported format (every model is used for fitting or calibration)")
-    p.add_argument("--benchmark", required=True, metavar="B")
-    p.add_argument("-k", "--k", type=int, required=True, help="number of anchors")
+    p.add_argument("--benchmark", required=True, metavar="B",
+                   help=f"the benchmark; for --method {JOINT_METHOD} several, comma-separated")
+    p.add_argument("-k", "--k", type=int, required=True,
+                   help=f"number of anchors ({JOINT_METHOD}: per benchmark, K x benchmarks in all)")
     p.add_argument("--method", default=settings.DEFAULT_METHOD,
                    help=f"registered method (default {settings.DEFAULT_METHOD})")
     p.add_argument("--calibration-frac", type=float, default=0.2)

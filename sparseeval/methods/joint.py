@@ -27,6 +27,7 @@ per-benchmark :class:`~sparseeval.matrix.ResponseMatrix` objects (models that ha
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -51,6 +52,8 @@ JOINT_SEP = "::"
 #: the method name, also the name of the mean-score output and of the joint predictor's registry entry
 JOINT_METHOD = "sparseeval-joint"
 MEAN = "mean"
+#: predictions remembered by :meth:`JointSparseEval.predict_mean` (every prefix of a long anchor order)
+PREDICT_CACHE_SIZE = 1024
 
 
 # ------------------------------------------------------------------------------------------------
@@ -296,6 +299,7 @@ class JointSparseEval(AnchorEstimator):
     def fit(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray | None = None,
             s_val: np.ndarray | None = None) -> Self:
         """Select ``k`` anchors among all benchmarks' items and fit the per-benchmark predictors."""
+        self.__dict__.pop("_predict_cache", None)  # predictions of an earlier fit
         with thread_limit(self.threads):
             return self._fit(Y, s, Y_val, s_val)
 
@@ -416,9 +420,20 @@ class JointSparseEval(AnchorEstimator):
             return probs.view(self.n_outputs, m, -1).mean(1).T.numpy()
 
     def predict_mean(self, X: np.ndarray) -> np.ndarray:
-        """(n, B + 1): every benchmark's predicted score and, last, their mean."""
-        pred = self.predict(X)
-        return np.concatenate([pred, pred.mean(axis=1, keepdims=True)], axis=1)
+        """(n, B + 1): every benchmark's predicted score and, last, their mean.
+
+        The last answers seen are remembered (by content; a result is n x (B + 1) numbers): calibrating
+        a joint predictor predicts the same masked answers once per output and per prefix, and every
+        output comes from one pass."""
+        X = np.ascontiguousarray(np.atleast_2d(np.asarray(X, dtype=np.float32)))
+        key = (X.shape, hashlib.blake2b(X.tobytes(), digest_size=16).digest())
+        cache = self.__dict__.setdefault("_predict_cache", {})
+        if key not in cache:
+            pred = self.predict(X)
+            if len(cache) >= PREDICT_CACHE_SIZE:
+                cache.pop(next(iter(cache)))
+            cache[key] = np.concatenate([pred, pred.mean(axis=1, keepdims=True)], axis=1)
+        return cache[key].copy()
 
     def output(self, name: str) -> JointOutput:
         """A single-output view (one benchmark, or ``mean``) following the estimator contract."""
@@ -440,6 +455,7 @@ class JointSparseEval(AnchorEstimator):
         return state
 
     def _set_params_state(self, state: dict[str, Any]) -> None:
+        self.__dict__.pop("_predict_cache", None)
         self.benchmarks_ = list(state["benchmarks"])
         self.anchor_groups_ = state["anchor_groups"].numpy().astype(np.int64)
         self.coef_, self.intercept_ = state["coef"], state["intercept"]

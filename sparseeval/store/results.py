@@ -32,20 +32,25 @@ class ResultWriters(Connections):
                         weights: Sequence[float] | None = None, seed: int | None = None,
                         n_train_models: int | None = None, params: Mapping[str, Any] | None = None,
                         mlflow_run_id: str | None = None, artifact_uri: str | None = None,
-                        **fields: Any) -> int:
+                        item_benchmarks: Sequence[str] | None = None, **fields: Any) -> int:
         """Store an anchor set and its items in order; the same content again returns the same id.
 
         This is the anchor set's one writer: later steps change its lifecycle fields by id
         (:meth:`update_anchor_set`), never by writing it again. ``fields``: any of
-        :data:`ANCHOR_SET_FIELDS` (role, origin, data_version, scores...)."""
+        :data:`ANCHOR_SET_FIELDS` (role, origin, data_version, scores...). ``item_benchmarks``: each
+        anchor's own benchmark, for a set spanning several (``sparseeval-joint``); default ``benchmark``."""
         if weights is not None and len(weights) != len(items):
             raise ValueError(f"{len(items)} anchors but {len(weights)} weights")
-        if len(set(items)) != len(items):
+        if item_benchmarks is not None and len(item_benchmarks) != len(items):
+            raise ValueError(f"{len(items)} anchors but {len(item_benchmarks)} item benchmarks")
+        owners = [str(b) for b in item_benchmarks] if item_benchmarks is not None else [benchmark] * len(items)
+        if len(set(zip(owners, items, strict=True))) != len(items):
             raise ValueError("anchor items repeat")
         # an anchor set refit on new data is a new row (same items, another predictor version)
         payload = {"benchmark": benchmark, "method": method, "k": int(k), "seed": seed,
                    "items": [str(i) for i in items],
                    "weights": None if weights is None else [float(w) for w in weights],
+                   **({"item_benchmarks": owners} if item_benchmarks is not None else {}),
                    **{f: fields[f] for f in ("data_version", "origin") if fields.get(f) is not None}}
         content_hash = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
         params_json = json.dumps(dict(params or {}), sort_keys=True, default=str)
@@ -69,9 +74,9 @@ class ResultWriters(Connections):
                 _update(con, anchor_set_id, fields)
                 con.executemany(
                     "INSERT INTO anchors VALUES (?, ?, ?, ?, ?)",
-                    [[anchor_set_id, pos, benchmark, str(item), None if weights is None else float(w)]
-                     for pos, (item, w) in enumerate(zip(items, weights or [None] * len(items),
-                                                         strict=True))])
+                    [[anchor_set_id, pos, owner, str(item), None if weights is None else float(w)]
+                     for pos, (owner, item, w) in enumerate(zip(owners, items, weights or [None] * len(items),
+                                                                strict=True))])
         return anchor_set_id
 
     def update_anchor_set(self, anchor_set_id: int, **fields: Any) -> None:
@@ -93,13 +98,16 @@ class ResultWriters(Connections):
         return previous
 
     def anchor_set(self, anchor_set_id: int) -> dict[str, Any]:
-        """One anchor set's row with its items in order (``items``)."""
+        """One anchor set's row with its items in order (``items``) and each item's benchmark
+        (``item_benchmarks``: the set's own, except in a set spanning several benchmarks)."""
         row = self.query("SELECT * FROM anchor_sets WHERE anchor_set_id = $i", {"i": anchor_set_id})
         if row.height == 0:
             raise KeyError(f"no anchor set {anchor_set_id}")
         out = row.row(0, named=True)
-        out["items"] = self.query("SELECT item_id FROM anchors WHERE anchor_set_id = $i ORDER BY position",
-                                  {"i": anchor_set_id}).get_column("item_id").to_list()
+        anchors = self.query("SELECT benchmark, item_id FROM anchors WHERE anchor_set_id = $i ORDER BY position",
+                             {"i": anchor_set_id})
+        out["items"] = anchors.get_column("item_id").to_list()
+        out["item_benchmarks"] = anchors.get_column("benchmark").to_list()
         return out
 
     def champion(self, benchmark: str) -> dict[str, Any] | None:
