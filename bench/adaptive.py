@@ -9,7 +9,9 @@ the predictor's order, ``--batch`` at a time:
 * **fixed K**: everyone answers the first K; the smallest K whose *mean* 90 % half-width is at most
   ``--width`` points (the fixed budget a user would have to pick);
 * **adaptive**: each model stops at the first batch whose half-width is at most ``--width`` (or at
-  ``--kmax``); mean items used, the fraction that reached the width, and coverage at the stop.
+  ``--kmax``); mean items used, the fraction that reached the width, and coverage at the stop;
+* **fixed K matched**: the smallest K at which at least as many models have a half-width <= ``--width``
+  as adaptive brings there (what a fixed budget needs for the same per-model guarantee).
 
 Coverage per prefix length (every prefix, everyone answering it) is printed too (target 88-92 %).
 
@@ -62,8 +64,14 @@ def summarize_curves(pred: np.ndarray, half: np.ndarray, truth: np.ndarray, leng
     first = np.where(ok.any(axis=1), ok.argmax(axis=1), len(lengths) - 1)
     items = np.asarray(lengths)[first]
     rows = np.arange(len(truth))
+    # the fixed K a per-model guarantee would need: as many models at or below the width as adaptive reaches
+    share = (half <= width).mean(axis=0)
+    matched = np.flatnonzero(share >= ok.any(axis=1).mean() - 1e-9) if ok.any() else np.zeros(0, dtype=np.int64)
     return {
         "fixed_k": fixed_k,
+        "fixed_k_matched": lengths[int(matched[0])] if matched.size else None,
+        "coverage_by_prefix": [round(float(c) * 100, 2) for c in covered.mean(axis=0)],
+        "halfwidth_by_prefix": [round(float(h) * 100, 3) for h in mean_half],
         "fixed_coverage": float(covered[:, int(reach[0])].mean() * 100) if reach.size else None,
         "adaptive_items": float(items.mean()),
         "adaptive_reached": float(ok.any(axis=1).mean() * 100),
@@ -135,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(row), file=sys.stderr, flush=True)
     df = pl.DataFrame(rows)
     agg = df.group_by("target", "width", maintain_order=True).agg(
-        pl.col("k").first(), pl.col("mode").first(), pl.col("fixed_k").mean(), pl.col("adaptive_items").mean(),
-        pl.col("ratio").mean(),
+        pl.col("k").first(), pl.col("mode").first(), pl.col("fixed_k").mean(), pl.col("fixed_k_matched").mean(),
+        pl.col("adaptive_items").mean(), pl.col("ratio").mean(),
         pl.col("adaptive_reached").mean(), pl.col("adaptive_coverage").mean(), pl.col("fixed_coverage").mean(),
         pl.col("coverage_min").min(), pl.col("coverage_max").max(), pl.col("halfwidth_at_kmax").mean(),
         pl.col("fit_s").mean())
