@@ -9,28 +9,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
 from sparseeval.methods import base as methods_base
 from sparseeval.methods.base import AnchorEstimator, register
-from sparseeval.tracking import (
-    CHAMPION,
-    TrackingConfig,
-    download_predictor,
-    ensure_experiment,
-    load_estimator_from_folder,
-    log_comparison,
-    log_evaluation_run,
-    register_predictor,
-    registered_model_name,
-    runs_page_url,
-    tracked_run,
-)
+
+if TYPE_CHECKING:
+    from sparseeval.tracking import TrackingConfig
+
+# sparseeval.tracking (and with it mlflow, seconds of import) is imported inside the tests that use
+# it, so collecting this module (every pytest-xdist worker does) stays cheap: all but one test is slow.
 
 _TEST_METHOD = "_test_weighted_mean"
 
@@ -99,6 +91,8 @@ def test_store_creation_is_quiet_and_local(
 @pytest.fixture
 def cfg(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         request: pytest.FixtureRequest) -> TrackingConfig:
+    from sparseeval.tracking import TrackingConfig
+
     # run from an empty cwd so a stray ./mlruns would be caught; one experiment per test
     work = tmp_path / "cwd"
     work.mkdir()
@@ -111,6 +105,8 @@ def _artifact_dir(cfg: TrackingConfig, run_id: str) -> Path:
 
 
 def test_default_config_is_local_sqlite_with_explicit_artifacts(tmp_path: Path) -> None:
+    from sparseeval.tracking import TrackingConfig
+
     cfg = TrackingConfig(data_dir=tmp_path)
     assert cfg.resolved_tracking_uri == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
     assert cfg.resolved_artifact_location == (tmp_path.resolve() / "mlartifacts").as_uri()
@@ -122,6 +118,8 @@ def test_default_config_is_local_sqlite_with_explicit_artifacts(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_ensure_experiment_is_idempotent(cfg: TrackingConfig) -> None:
+    from sparseeval.tracking import ensure_experiment
+
     first = ensure_experiment(cfg)
     assert ensure_experiment(cfg) == first
     exp = cfg.client().get_experiment(first)
@@ -135,6 +133,19 @@ def test_ensure_experiment_is_idempotent(cfg: TrackingConfig) -> None:
 @pytest.mark.slow
 def test_evaluation_runs_comparison_and_registry(cfg: TrackingConfig, tmp_path: Path, estimator_cls,
                                                  capfd: pytest.CaptureFixture[str]) -> None:
+    import pandas as pd
+
+    from sparseeval.tracking import (
+        CHAMPION,
+        download_predictor,
+        ensure_experiment,
+        load_estimator_from_folder,
+        log_comparison,
+        log_evaluation_run,
+        register_predictor,
+        registered_model_name,
+    )
+
     rng = np.random.default_rng(0)
     Y = (rng.random((80, 20)) < 0.6).astype(np.float32)
     s = Y.mean(axis=1)
@@ -215,6 +226,8 @@ def test_evaluation_runs_comparison_and_registry(cfg: TrackingConfig, tmp_path: 
 
 @pytest.mark.slow
 def test_failed_run_is_marked_failed(cfg: TrackingConfig, tmp_path: Path) -> None:
+    from sparseeval.tracking import ensure_experiment, log_evaluation_run, register_predictor
+
     with pytest.raises(FileNotFoundError):
         log_evaluation_run(cfg, benchmark="gsm8k", method="random", k=3, seed=1, params={},
                            metrics={"mae": math.nan, "tau": None}, anchors=[],
@@ -230,6 +243,14 @@ def test_failed_run_is_marked_failed(cfg: TrackingConfig, tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_register_published_predictor_folder(cfg: TrackingConfig, tmp_path: Path, estimator_cls) -> None:
     """A folder written by sparseeval.artifact (hash-verified on load) registers and predicts."""
+    from sparseeval.tracking import (
+        download_predictor,
+        load_estimator_from_folder,
+        log_evaluation_run,
+        register_predictor,
+        registered_model_name,
+    )
+
     artifact = pytest.importorskip("sparseeval.artifact")
     rng = np.random.default_rng(1)
     Y = (rng.random((60, 12)) < 0.5).astype(np.float32)
@@ -280,6 +301,7 @@ def test_tracked_run_wraps_the_work_with_dataset_plots_and_metrics(cfg: Tracking
         plot_coverage_by_level,
         plot_predicted_vs_true,
     )
+    from sparseeval.tracking import ensure_experiment, log_comparison, log_evaluation_run, runs_page_url, tracked_run
 
     matrix = _matrix()
     split = SimpleNamespace(train=np.arange(60), val=np.arange(0), test=np.arange(60, 120))
@@ -342,6 +364,8 @@ def test_tracked_run_wraps_the_work_with_dataset_plots_and_metrics(cfg: Tracking
 
 @pytest.mark.slow
 def test_tracked_run_failure_is_recorded_and_raised(cfg: TrackingConfig) -> None:
+    from sparseeval.tracking import ensure_experiment, tracked_run
+
     with pytest.raises(RuntimeError, match="boom"), tracked_run(cfg, "champion", benchmark="gsm8k") as run:
         run.log_metrics({"test_mae": 2.0})
         raise RuntimeError("boom")
@@ -353,6 +377,7 @@ def test_tracked_run_failure_is_recorded_and_raised(cfg: TrackingConfig) -> None
 def test_registered_model_has_description_tags_and_alias(cfg: TrackingConfig, tmp_path: Path,
                                                          estimator_cls) -> None:
     from sparseeval.artifact import save_predictor
+    from sparseeval.tracking import register_predictor, registered_model_name, tracked_run
 
     rng = np.random.default_rng(2)
     Y = (rng.random((60, 12)) < 0.5).astype(np.float32)
