@@ -28,7 +28,7 @@ from sparseeval.benchmarks import joint_benchmarks
 from sparseeval.champion import joint_baseline_maes, joint_crossfit_coverage
 from sparseeval.evaluation import evaluate_joint, evaluate_per_benchmark, results_frame
 from sparseeval.matrix import ResponseMatrix
-from sparseeval.methods.joint import JOINT_METHOD, MEAN, common_models, joint_data, restrict_models
+from sparseeval.methods.joint import JOINT_METHOD, JOINT_SEP, MEAN, common_models, joint_data, restrict_models
 from sparseeval.scoring import joint_artifact_from_fit
 from sparseeval.sources import model_dates
 from sparseeval.splits import make_split
@@ -110,7 +110,7 @@ def _joint_fit(context: dg.AssetExecutionContext, matrices: list[ResponseMatrix]
     mae = {r.benchmark: r.mae for r in joint_results}
     ref_mae = {r.benchmark: r.mae for r in reference}
     keys = [data.columns[c] for c in est.anchors_]
-    owners, items = zip(*(key.split("::", 1) for key in keys), strict=True)
+    owners, items = zip(*(key.split(JOINT_SEP, 1) for key in keys), strict=True)
     anchor_set_id = db.save_anchor_set(
         benchmark=JOINT_METHOD, method=JOINT_METHOD, k=est.k, items=list(items), item_benchmarks=list(owners),
         seed=settings.seed, n_train_models=len(split.train),
