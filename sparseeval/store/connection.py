@@ -127,11 +127,25 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def _is_interrupt(exc: BaseException) -> bool:
-    """Ctrl-C, as Python or as DuckDB reports it (a query interrupted by SIGINT)."""
-    if isinstance(exc, KeyboardInterrupt | duckdb.InterruptException):
-        return True
-    return type(exc) is RuntimeError and str(exc).strip().lower() == "query interrupted"
+def _is_interrupt(exc: BaseException | None) -> bool:
+    """Ctrl-C, in each form it reaches us: Python's KeyboardInterrupt; DuckDB's interrupt (a statement
+    stopped by ``con.interrupt()``, or a read that noticed SIGINT itself and says "Query interrupted");
+    or a DuckDB error wrapping the KeyboardInterrupt raised inside a Python callback (an Arrow scan of
+    a registered frame). Missing one of them turns Ctrl-C into "this file is bad" and the ingest goes
+    on with the next file, which is what a user pressing Ctrl-C least expects."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, KeyboardInterrupt | duckdb.InterruptException):
+            return True
+        message = str(exc).strip()
+        if isinstance(exc, RuntimeError) and message.lower() == "query interrupted":
+            return True
+        if isinstance(exc, duckdb.Error) and (message.endswith("KeyboardInterrupt:")
+                                              or "failed: KeyboardInterrupt" in message):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _rollback_quietly(con: duckdb.DuckDBPyConnection) -> None:

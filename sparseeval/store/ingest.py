@@ -31,17 +31,9 @@ from pathlib import Path
 import duckdb
 
 from sparseeval.readers.base import SETTINGS_SCHEMA, InputError, ParsedResults, PartNote
-from sparseeval.readers.detect import read_source
-
-try:  # TEMP until the readers' discover() lands
-    from sparseeval.readers.detect import discover
-except ImportError:  # pragma: no cover
-    from sparseeval.readers.detect import iter_sources
-
-    def discover(path: Path) -> tuple[list[Path], list[PartNote]]:
-        return iter_sources(path), []
+from sparseeval.readers.detect import discover, read_source
 from sparseeval.store.bulk import _STAGED, _stage_frames, bulk_long
-from sparseeval.store.connection import Connections, PublishInterrupted, StoreError, _now, _run
+from sparseeval.store.connection import Connections, PublishInterrupted, StoreError, _is_interrupt, _now, _run
 from sparseeval.store.pinning import pinned, remove_stale_pins
 from sparseeval.validation import validate_results
 
@@ -185,14 +177,21 @@ class Ingesting(Connections):
             return self._record(path, sha, "refused", str(exc), started)
         except PublishInterrupted:  # Ctrl-C after the commit: the unit is stored, the snapshot is stale
             raise
-        except KeyboardInterrupt:
-            return self._record(path, sha, "interrupted", "stopped by Ctrl-C before it was stored", started)
-        except StoreError:  # locked, damaged, wrong path: the store's problem, not the file's
-            raise
-        except duckdb.Error:  # the store itself failed (disk full, damaged file): not the file's fault
-            log.debug("store error while ingesting %s", path, exc_info=True)
-            raise
-        except Exception as exc:  # a reader bug or odd file must not stop the other files
+        except BaseException as exc:  # sorted below; Ctrl-C is recognised first
+            if _is_interrupt(exc):
+                # Ctrl-C, however DuckDB or a reader surfaced it (a "Query interrupted" RuntimeError, an
+                # Arrow scan failing on KeyboardInterrupt): never "this file is bad", which would let the
+                # ingest go on with the next file; the unit is rolled back and the whole ingest stops.
+                return self._record(path, sha, "interrupted", "stopped by Ctrl-C before it was stored",
+                                    started)
+            if isinstance(exc, StoreError):  # locked, damaged, wrong path: the store's problem
+                raise
+            if isinstance(exc, duckdb.Error):  # the store itself failed (disk full, damaged file)
+                log.debug("store error while ingesting %s", path, exc_info=True)
+                raise
+            if not isinstance(exc, Exception):  # SystemExit and the like
+                raise
+            # a reader bug or odd file must not stop the other files
             log.debug("unexpected error reading %s", path, exc_info=True)
             return self._record(path, sha, "refused", f"{path}: {type(exc).__name__}: {exc}", started)
 
