@@ -222,17 +222,38 @@ def canonical_benchmark(name: object) -> str:
     return stripped
 
 
+#: the joint predictor's name: its published folder, its DuckDB benchmark key (and ``<name>/<output>``
+#: for its comparison rows), and its registry entry (a benchmark ``b`` is registered as ``sparseeval-b``)
+JOINT_NAME = "sparseeval-joint"
+
+
+def joint_name_clashes(benchmarks: list[str]) -> list[str]:
+    """Benchmarks whose published names are the joint predictor's: ``sparseeval-joint`` itself (same
+    folder and DuckDB key), ``sparseeval-joint/...`` (its comparison rows) and ``joint`` (registered as
+    ``sparseeval-joint``). Compared without case, as on a case-insensitive file system."""
+    reserved = (JOINT_NAME, JOINT_NAME.removeprefix("sparseeval-"))
+    return [b for b in benchmarks if b.lower() in reserved or b.lower().startswith(JOINT_NAME + "/")]
+
+
 def joint_benchmarks(requested: str, available: list[str]) -> list[str]:
     """The benchmarks a joint predictor spans, from the ``SPARSEEVAL_JOINT_BENCHMARKS`` setting.
 
     Empty: every available benchmark that is not a settings variant (``arc@0shot`` is the same
     benchmark as ``arc`` run another way: both in one joint set would count it twice). ``none``: no
     joint predictor. Otherwise the listed names (aliases allowed); a listed benchmark that is not
-    available is an error, not silently dropped.
+    available is an error, not silently dropped. With the joint predictor on, a benchmark in the data
+    whose published names are the joint predictor's (:func:`joint_name_clashes`) is an error too: the
+    two would overwrite each other's folder, registry versions and DuckDB rows.
     """
     text = requested.strip()
     if text.lower() == "none":
         return []
+    clashes = joint_name_clashes(available)
+    if clashes:
+        raise BenchmarkNameError(
+            f"benchmark {', '.join(map(repr, clashes))} would be published under the joint predictor's names "
+            f"(folder, registry entry and DuckDB key {JOINT_NAME!r}), and one would overwrite the other; "
+            f"rename that benchmark, or set SPARSEEVAL_JOINT_BENCHMARKS=none to turn the joint predictor off")
     if not text:
         return sorted(b for b in available if split_variant(b)[0] == b)
     wanted = [canonical_benchmark(b) for b in text.split(",") if b.strip()]

@@ -53,6 +53,8 @@ from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.models import ModelSignature  # noqa: E402
 from mlflow.types import Schema, TensorSpec  # noqa: E402
 
+from sparseeval.benchmarks import JOINT_NAME  # noqa: E402
+
 #: alias moved to the newest registered predictor version of a benchmark
 CHAMPION = "champion"
 #: experiment tag read by the MLflow 3 UI: "custom_model_development" opens the experiment on its
@@ -432,8 +434,8 @@ def comparison_metrics(frame: pl.DataFrame) -> dict[str, float]:
     return out
 
 
-#: the joint predictor's name (:data:`sparseeval.methods.joint.JOINT_METHOD`, not imported: it needs torch)
-JOINT_PREDICTOR = "sparseeval-joint"
+#: the joint predictor's registry entry: its name itself (a benchmark ``b`` is ``sparseeval-b``)
+JOINT_PREDICTOR = JOINT_NAME
 
 
 def registered_model_name(benchmark: str) -> str:

@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from sparseeval.artifact import load_predictor
+from sparseeval.benchmarks import BenchmarkNameError, joint_benchmarks
 from sparseeval.evaluation import ProtocolConfig, run_joint_protocol, summarize
 from sparseeval.export import lm_eval_samples
 from sparseeval.matrix import ResponseMatrix, build_matrix
@@ -202,3 +203,15 @@ def test_fit_command_publishes_a_joint_predictor(tmp_path: Path, capsys: pytest.
     assert "takes two benchmarks or more" in capsys.readouterr().err
     assert main(["fit", *data, "--benchmark", "alpha,omega"]) == 2
     assert "no benchmark 'omega'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["sparseeval-joint", "Joint", "sparseeval-joint/arc"])
+def test_a_benchmark_named_like_the_joint_predictor_is_refused_while_the_joint_predictor_is_on(name: str) -> None:
+    """``sparseeval-joint`` would share the joint predictor's folder and DuckDB key, ``joint`` its
+    registry entry (``sparseeval-joint``): one would silently overwrite the other."""
+    with pytest.raises(BenchmarkNameError, match=f"benchmark '{name}' would be published under the joint"):
+        joint_benchmarks("", ["arc", name, "mmlu"])
+    with pytest.raises(BenchmarkNameError, match="SPARSEEVAL_JOINT_BENCHMARKS=none"):
+        joint_benchmarks("arc,mmlu", ["arc", name, "mmlu"])
+    assert joint_benchmarks("none", ["arc", name, "mmlu"]) == []  # joint off: the benchmark is just a benchmark
+    assert joint_benchmarks("", ["arc", "jointly", "mmlu"]) == ["arc", "jointly", "mmlu"]  # no clash, no refusal

@@ -37,6 +37,7 @@ from typing import Any, Self
 import numpy as np
 import torch
 
+from sparseeval.benchmarks import JOINT_NAME
 from sparseeval.device import resolve_device, thread_limit
 from sparseeval.errors import UsageError
 from sparseeval.matrix import ResponseMatrix
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 #: separator of benchmark and item id in the joint matrix's column keys (``arc::17``)
 JOINT_SEP = "::"
 #: the method name, also the name of the mean-score output and of the joint predictor's registry entry
-JOINT_METHOD = "sparseeval-joint"
+JOINT_METHOD = JOINT_NAME
 MEAN = "mean"
 #: predictions remembered by :meth:`JointSparseEval.predict_mean` (every prefix of a long anchor order)
 PREDICT_CACHE_SIZE = 1024
