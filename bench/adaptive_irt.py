@@ -35,19 +35,19 @@ GRID = np.linspace(-4, 4, 161)
 def greedy_order(X: np.ndarray, y: np.ndarray, kmax: int) -> list[int]:
     order: list[int] = []
     for _ in range(kmax):
-        errs = {j: _ridge_mse(X[:, [*order, j]], y) for j in range(X.shape[1]) if j not in order}
+        errs = {j: ridge_mse(X[:, [*order, j]], y) for j in range(X.shape[1]) if j not in order}
         order.append(min(errs, key=errs.__getitem__))
     return order
 
 
-def _ridge(X: np.ndarray, y: np.ndarray, lam: float = 1.0) -> tuple[np.ndarray, float]:
+def ridge(X: np.ndarray, y: np.ndarray, lam: float = 1.0) -> tuple[np.ndarray, float]:
     xm, ym = X.mean(0), y.mean()
     w = np.linalg.solve((X - xm).T @ (X - xm) + lam * np.eye(X.shape[1]), (X - xm).T @ (y - ym))
     return w, float(ym - xm @ w)
 
 
-def _ridge_mse(X: np.ndarray, y: np.ndarray) -> float:
-    w, b = _ridge(X, y)
+def ridge_mse(X: np.ndarray, y: np.ndarray) -> float:
+    w, b = ridge(X, y)
     return float(np.mean((X @ w + b - y) ** 2))
 
 
@@ -104,7 +104,7 @@ def main() -> None:
     order = greedy_order(Y[tr], s[tr], kmax)
     fixed = {}
     for k in steps:
-        w, b = _ridge(Y[tr][:, order[:k]], s[tr])
+        w, b = ridge(Y[tr][:, order[:k]], s[tr])
         q = np.quantile(np.abs(Y[ca][:, order[:k]] @ w + b - s[ca]), 0.9)
         err = np.abs(Y[te][:, order[:k]] @ w + b - s[te])
         fixed[k] = (err.mean(), q, np.mean(err <= q))
