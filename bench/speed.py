@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0,
-                    help="CPU threads per fit (0 = $SPARSEEVAL_THREADS, else the idle CPUs)")
+                    help="CPU threads per fit (0 = $SPARSEEVAL_THREADS, else every available CPU)")
     ap.add_argument("--methods", default="sparseeval-linear,sparseeval-mlp")
     ap.add_argument("--configs", default="fast,default,thorough")
     ap.add_argument("--devices", default="cpu,cuda" if torch.cuda.is_available() else "cpu")

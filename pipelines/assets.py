@@ -34,6 +34,7 @@ from pipelines.resources import SettingsResource, SourceResource, StoreResource,
 from sparseeval.artifact import PredictorArtifact, load_predictor
 from sparseeval.budget import comparison_plan
 from sparseeval.champion import baseline_mae, crossfit_coverage, decide, refit_on_anchors
+from sparseeval.device import cpu_threads
 from sparseeval.evaluation import fit_on_split, results_frame, run_protocol, split_for_seed, summarize
 from sparseeval.matrix import EmptyMatrixError, ResponseMatrix, build_matrix
 from sparseeval.plots import coverage_by_level, heldout_intervals, plot_coverage_by_level, plot_predicted_vs_true
@@ -206,7 +207,8 @@ def candidate(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix
         return
     with tracked_run(tracking.config(), "candidate", benchmark=bench,
                      params={"k": k, "method": settings.method, "seed": settings.seed, "split": settings.split_policy,
-                             "alpha": settings.alpha, "data_version": version},
+                             "alpha": settings.alpha, "data_version": version,
+                             "threads": cpu_threads()},  # with the seed, what reproduces the fit
                      tags={"dagster.run_id": context.run_id, "data_version": version}) as run, \
             db.publishing_once():  # its several writes publish the snapshot once
         run.log_matrix(matrix, source=db.path, digest=version)

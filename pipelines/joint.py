@@ -26,6 +26,7 @@ from pipelines.assets import GROUP, OWNERS, PUBLISH_CHECKS, _markdown, publish_p
 from pipelines.resources import SettingsResource, StoreResource, TrackingResource
 from sparseeval.benchmarks import joint_benchmarks
 from sparseeval.champion import joint_baseline_maes, joint_crossfit_coverage
+from sparseeval.device import cpu_threads
 from sparseeval.evaluation import evaluate_joint, evaluate_per_benchmark, results_frame
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods.joint import JOINT_METHOD, JOINT_SEP, MEAN, common_models, joint_data, restrict_models
@@ -79,7 +80,8 @@ def joint_anchors(context: dg.AssetExecutionContext, response_matrix: dict[str, 
     with tracked_run(tracking.config(), "candidate", benchmark=JOINT_METHOD,
                      params={"k_per_benchmark": k, "benchmarks": ",".join(chosen), "method": JOINT_METHOD,
                              "reference_method": settings.method, "seed": settings.seed,
-                             "split": settings.split_policy, "alpha": settings.alpha, "data_version": version},
+                             "split": settings.split_policy, "alpha": settings.alpha, "data_version": version,
+                             "threads": cpu_threads()},
                      tags={"dagster.run_id": context.run_id, "data_version": version}) as run, \
             db.publishing_once():
         yield from _joint_fit(context, matrices, k, version, db, settings, run, tracking)

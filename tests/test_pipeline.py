@@ -32,6 +32,7 @@ from pipelines.joint import joint_anchors, joint_champion
 from pipelines.partitions import BENCHMARK_PARTITIONS, add_benchmarks
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from sparseeval.cli import main as cli_main
+from sparseeval.device import cpu_threads
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
 
 PARTITIONED = [response_matrix, candidate, champion, evaluation, predictions]
@@ -126,6 +127,9 @@ def test_mlflow_registry_and_published_folder(pipeline: dict) -> None:
     version = client.get_model_version_by_alias("sparseeval-arc", "champion")
     run = client.get_run(version.run_id)
     assert run.data.tags["role"] == "champion" and "test_mae" in run.data.metrics
+    # the candidate fit records its thread count: with the seed, what reproduces its anchors
+    candidates = client.search_runs([run.info.experiment_id], "tags.`sparseeval.step` = 'candidate'")
+    assert candidates and all(c.data.params["threads"] == str(cpu_threads()) for c in candidates)
     folder = pipeline["root"] / "predictors" / "arc"
     meta = json.loads((folder / "predictor.json").read_text())
     assert meta["k"] == K and (folder / "versions").is_dir()

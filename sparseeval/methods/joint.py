@@ -277,7 +277,7 @@ class JointSparseEval(AnchorEstimator):
         self.lr = lr
         self.final = final
         self.refine_start = refine_start
-        self.threads = threads  #: CPU threads of this fit (None: $SPARSEEVAL_THREADS, else all available)
+        self.threads = threads  #: CPU threads of this fit (None: $SPARSEEVAL_THREADS, else every available CPU)
         self.selection_: dict[str, Any] = {}
         self.timings_: dict[str, float] = {}
         self.model_: BatchedMLP | None = None

@@ -82,7 +82,7 @@ class _SparseEvalBase(AnchorEstimator):
                  members: int = 2, max_epochs: int = 2000, lr: float = 1e-2, ais: str = "linear",
                  threads: int | None = None) -> None:
         super().__init__(k, random_state=random_state, device=device)
-        self.threads = threads  #: CPU threads of this fit (None: $SPARSEEVAL_THREADS, else the idle CPUs)
+        self.threads = threads  #: CPU threads of this fit (None: $SPARSEEVAL_THREADS, else every available CPU)
         if start not in ("auto", "kmeans", "random"):
             raise ValueError(f"start must be auto, kmeans or random, got {start!r}")
         self.start = start
