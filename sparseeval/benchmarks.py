@@ -223,16 +223,25 @@ def canonical_benchmark(name: object) -> str:
 
 
 #: the joint predictor's name: its published folder, its DuckDB benchmark key (and ``<name>/<output>``
-#: for its comparison rows), and its registry entry (a benchmark ``b`` is registered as ``sparseeval-b``)
+#: for its comparison rows), and its registry entry
 JOINT_NAME = "sparseeval-joint"
 
 
+def registered_model_name(benchmark: str) -> str:
+    """Registry name of a benchmark's predictor (``sparseeval-<benchmark>``); the joint predictor's
+    is its own name. Here, not in :mod:`sparseeval.tracking`, so that name checks need no MLflow."""
+    return benchmark if benchmark == JOINT_NAME else f"sparseeval-{benchmark}"
+
+
 def joint_name_clashes(benchmarks: list[str]) -> list[str]:
-    """Benchmarks whose published names are the joint predictor's: ``sparseeval-joint`` itself (same
-    folder and DuckDB key), ``sparseeval-joint/...`` (its comparison rows) and ``joint`` (registered as
-    ``sparseeval-joint``). Compared without case, as on a case-insensitive file system."""
-    reserved = (JOINT_NAME, JOINT_NAME.removeprefix("sparseeval-"))
-    return [b for b in benchmarks if b.lower() in reserved or b.lower().startswith(JOINT_NAME + "/")]
+    """Benchmarks whose published names are the joint predictor's: its folder and DuckDB key
+    (``sparseeval-joint``, and ``sparseeval-joint/...`` for its comparison rows) or its registry entry
+    (a benchmark ``joint`` is registered as ``sparseeval-joint``). Compared without case, as on a
+    case-insensitive file system."""
+    joint_entry = registered_model_name(JOINT_NAME)
+    return [b for b in benchmarks
+            if b.lower() == JOINT_NAME or b.lower().startswith(JOINT_NAME + "/")
+            or registered_model_name(b).lower() == joint_entry]
 
 
 def joint_benchmarks(requested: str, available: list[str]) -> list[str]:

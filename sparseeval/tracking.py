@@ -53,7 +53,7 @@ from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.models import ModelSignature  # noqa: E402
 from mlflow.types import Schema, TensorSpec  # noqa: E402
 
-from sparseeval.benchmarks import JOINT_NAME  # noqa: E402
+from sparseeval.benchmarks import registered_model_name  # noqa: E402  (also imported from here)
 
 #: alias moved to the newest registered predictor version of a benchmark
 CHAMPION = "champion"
@@ -432,15 +432,6 @@ def comparison_metrics(frame: pl.DataFrame) -> dict[str, float]:
         if row["mae"] is not None:
             out[f"best_mae/k{row['k']}"] = float(row["mae"])
     return out
-
-
-#: the joint predictor's registry entry: its name itself (a benchmark ``b`` is ``sparseeval-b``)
-JOINT_PREDICTOR = JOINT_NAME
-
-
-def registered_model_name(benchmark: str) -> str:
-    """Registry name of a benchmark's predictor; the joint predictor's is the method's own name."""
-    return benchmark if benchmark == JOINT_PREDICTOR else f"sparseeval-{benchmark}"
 
 
 class SparseEvalPredictorModel(mlflow.pyfunc.PythonModel):
