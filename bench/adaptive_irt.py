@@ -25,11 +25,25 @@ import argparse
 import time
 
 import numpy as np
-import polars as pl
 
+from sparseeval.matrix import build_matrix
 from sparseeval.methods.irt import fit_irt
+from sparseeval.sources import open_data
 
 GRID = np.linspace(-4, 4, 161)
+
+
+def load_split(data: str, benchmark: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                np.ndarray]:
+    """The benchmark's matrix as the product reads it (any supported format; full scores in points)
+    and a seeded 60 / 20 / 20 % split of its models: train, calibration, test row indices."""
+    with open_data(data) as source:
+        matrix = build_matrix(*source.long(benchmark), benchmark)
+    Y = matrix.values.astype(float)
+    s = matrix.scores.astype(float) * 100
+    perm = np.random.default_rng(seed).permutation(len(s))
+    fifth = len(s) // 5
+    return Y, s, perm[2 * fifth:], perm[fifth:2 * fifth], perm[:fifth]
 
 
 def greedy_order(X: np.ndarray, y: np.ndarray, kmax: int) -> list[int]:
@@ -88,15 +102,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kmax", type=int, default=60)
     args = ap.parse_args()
-    resp = pl.read_parquet(f"{args.data}/responses.parquet").filter(pl.col("benchmark") == args.benchmark)
-    scores = pl.read_parquet(f"{args.data}/scores.parquet").filter(pl.col("benchmark") == args.benchmark)
-    wide = resp.pivot(on="item_id", index="model", values="correct").join(
-        scores.select("model", "score"), on="model")
-    Y = wide.drop("model", "score").to_numpy().astype(float)
-    s = wide["score"].to_numpy() * 100
-    perm = np.random.default_rng(args.seed).permutation(len(s))
-    fifth = len(s) // 5
-    te, ca, tr = perm[:fifth], perm[fifth:2 * fifth], perm[2 * fifth:]
+    Y, s, tr, ca, te = load_split(args.data, args.benchmark, args.seed)
     kmax = min(args.kmax, Y.shape[1])
     steps = list(range(5, kmax + 1, 5))
 

@@ -24,10 +24,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from adaptive_irt import greedy_order, ridge
+from adaptive_irt import greedy_order, load_split, ridge
 
 WIDTHS = (2.0, 2.5, 3.0, 4.0, 5.0)
 MIN_SCALE = 0.3  # points: a floor, so that ten identical neighbours do not give a zero-width interval
@@ -84,15 +83,7 @@ def main() -> None:
     ap.add_argument("--kmax", type=int, default=80)
     ap.add_argument("--neighbours", type=int, default=10)
     args = ap.parse_args()
-    resp = pl.read_parquet(f"{args.data}/responses.parquet").filter(pl.col("benchmark") == args.benchmark)
-    scores = pl.read_parquet(f"{args.data}/scores.parquet").filter(pl.col("benchmark") == args.benchmark)
-    wide = resp.pivot(on="item_id", index="model", values="correct").join(
-        scores.select("model", "score"), on="model")
-    Y = wide.drop("model", "score").to_numpy().astype(float)
-    s = wide["score"].to_numpy() * 100
-    perm = np.random.default_rng(args.seed).permutation(len(s))
-    fifth = len(s) // 5
-    te, ca, tr = perm[:fifth], perm[fifth:2 * fifth], perm[2 * fifth:]
+    Y, s, tr, ca, te = load_split(args.data, args.benchmark, args.seed)
     kmax = min(args.kmax, Y.shape[1])
     steps = sorted({*range(5, kmax + 1, 5), kmax})
     t0 = time.perf_counter()
