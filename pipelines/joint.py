@@ -94,7 +94,8 @@ def _joint_fit(context: dg.AssetExecutionContext, matrices: list[ResponseMatrix]
     parts = [restrict_models(m, models) for m in matrices]
     data = joint_data(parts)
     config = settings.protocol()
-    dates = model_dates(db.model_metadata(), data.models) if settings.split_policy == "date" else None
+    metadata = db.model_metadata()  # one read: the date split and the artifact's model list
+    dates = model_dates(metadata, data.models) if settings.split_policy == "date" else None
     split = make_split(data.models, policy=config.split_policy, val_frac=config.val_frac,
                        test_frac=config.test_frac, seed=settings.seed, dates=dates)
     t0 = time.perf_counter()
@@ -104,7 +105,7 @@ def _joint_fit(context: dg.AssetExecutionContext, matrices: list[ResponseMatrix]
                                        device=settings.device)
     baselines = joint_baseline_maes(parts, split, k, settings.seed, device=settings.device)
     artifact = joint_artifact_from_fit(data, split, est, alpha=settings.alpha, seed=settings.seed,
-                                       models=db.model_metadata(),
+                                       models=metadata,
                                        settings={b: db.training_settings(b) for b in data.benchmarks})
     folder, saved = save_version(artifact, Path(settings.predictor_dir) / JOINT_METHOD, "selected")
     modes = {name: c.get("mode", "binomial") for name, c in saved.calibration["outputs"].items()}
