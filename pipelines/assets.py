@@ -18,7 +18,6 @@ Thin: each asset moves data between the library and the stores; algorithms live 
 
 import base64
 import json
-import shutil
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -26,26 +25,27 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import numpy as np
 import polars as pl
 
 from pipelines.partitions import benchmark_partitions
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
-from sparseeval.artifact import PredictorArtifact, load_predictor
+from sparseeval.artifact import load_predictor
 from sparseeval.budget import comparison_plan
-from sparseeval.champion import baseline_mae, crossfit_coverage, decide, refit_on_anchors
+from sparseeval.champion import baseline_mae, crossfit_coverage, decide, mean_guess_mae, refit_on_anchors
 from sparseeval.device import cpu_threads
 from sparseeval.evaluation import fit_on_split, results_frame, run_protocol, split_for_seed, summarize
-from sparseeval.matrix import EmptyMatrixError, ResponseMatrix, build_matrix
+from sparseeval.matrix import EmptyMatrixError, ResponseMatrix
+from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.plots import coverage_by_level, heldout_intervals, plot_coverage_by_level, plot_predicted_vs_true
+from sparseeval.publishing import Publisher, record_decision, save_version, score_anchor_only_models
+from sparseeval.refresh import comparison_key, fit_key, matrix_range_check, publishing_checks, up_to_date
 from sparseeval.report import plot_mae_vs_k
-from sparseeval.scoring import artifact_from_fit, predict
+from sparseeval.scoring import artifact_from_fit
 from sparseeval.sources import model_dates
-from sparseeval.tracking import log_comparison, log_evaluation_run, register_predictor, tracked_run
+from sparseeval.tracking import log_comparison, tracked_run
 
 GROUP = "sparseeval"
 OWNERS = ["team:sparseeval"]
-PUBLISH_CHECKS = ("beats_random_linear", "coverage_near_nominal", "anchors_valid")
 
 
 def _markdown(frame: pl.DataFrame) -> str:
@@ -108,33 +108,28 @@ def raw_results(context: dg.AssetExecutionContext, store: StoreResource, source:
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"polars"}, owners=OWNERS,
           tags={"layer": "matrix"}, deps=[raw_results],
-          check_specs=[dg.AssetCheckSpec("matrix_not_empty", asset="response_matrix", blocking=True),
-                       dg.AssetCheckSpec("scores_within_unit_interval", asset="response_matrix", blocking=True)],
+          check_specs=[dg.AssetCheckSpec("scores_within_unit_interval", asset="response_matrix", blocking=True)],
           description="Dense float32 models x items matrix of the benchmark with observed mask and targets, "
-                      "built from the store's current runs (data version = their fingerprint).")
+                      "built from the store's current runs; the matrix and its data version are read in one "
+                      "state of the store and travel together. No usable model or item: the step fails and "
+                      "says why.")
 def response_matrix(context: dg.AssetExecutionContext, store: StoreResource):
     bench = context.partition_key
-    db = store.store()
-    version = db.data_version(bench)
     try:
-        matrix = build_matrix(*db.load_long(bench, lazy=True), bench)
+        matrix = store.store().read_benchmark(bench)
     except EmptyMatrixError as exc:
         raise dg.Failure(description=str(exc)) from exc
     n_models, n_items = matrix.shape
-    yield dg.Output(matrix, data_version=dg.DataVersion(version), metadata={
+    yield dg.Output(matrix, data_version=dg.DataVersion(matrix.data_version), metadata={
         "models": n_models, "items": n_items, "density": round(matrix.density, 4),
-        "dropped_models": len(matrix.dropped_models), "data_version": version,
+        "dropped_models": len(matrix.dropped_models), "data_version": matrix.data_version,
     })
-    yield dg.AssetCheckResult(check_name="matrix_not_empty", passed=bool(n_models > 0 and n_items > 0),
-                              metadata={"models": n_models, "items": n_items})
-    in_range = bool(np.all((matrix.scores >= 0) & (matrix.scores <= 1))
-                    and np.all((matrix.values >= 0) & (matrix.values <= 1)))
-    yield dg.AssetCheckResult(check_name="scores_within_unit_interval", passed=in_range,
-                              metadata={"score_min": float(matrix.scores.min()),
-                                        "score_max": float(matrix.scores.max())})
+    check = matrix_range_check(matrix)
+    yield dg.AssetCheckResult(check_name=check.name, passed=check.passed, metadata=check.metadata)
 
 
-# --- fit: champion refit + challenger, with the blocking publishing checks --------------------------
+# --- fit: champion refit + challenger; the blocking publishing checks (pipelines/checks.py) read its
+# --- decision ---------------------------------------------------------------------------------------
 
 def _dates(store: StoreResource, matrix: ResponseMatrix, policy: str) -> list[Any] | None:
     """Model dates for a split by date (read from the store only when that policy is chosen)."""
@@ -148,7 +143,7 @@ def _fit_version(matrix: ResponseMatrix, split: Any, est: Any, settings: Setting
     db = store.store()
     artifact = artifact_from_fit(matrix, split, est, alpha=settings.alpha, seed=settings.seed,
                                  models=db.model_metadata(), settings=db.training_settings(matrix.benchmark))
-    folder, saved = save_version(artifact, Path(settings.predictor_dir) / matrix.benchmark, origin)
+    folder, saved = save_version(artifact, Path(settings.predictor_dir), matrix.benchmark)
     items = [matrix.items[i] for i in est.anchors_]
     mae = saved.calibration["calibration_mae_points"]  # one held-out MAE: the one predictor.json carries
     coverage = crossfit_coverage(matrix, split, est, alpha=settings.alpha, seed=settings.seed,
@@ -166,58 +161,67 @@ def _fit_version(matrix: ResponseMatrix, split: Any, est: Any, settings: Setting
             "items": items, "origin": origin, "content_hash": saved.content_hash}
 
 
-def save_version(artifact: PredictorArtifact, root: Path, origin: str) -> tuple[Path, PredictorArtifact]:
-    """Save ``artifact`` as the version folder ``<root>/versions/<content hash>`` (written once per
-    content: the same fit again reuses it); the folder and the saved artifact."""
-    staging = root / "versions" / f".staging-{origin}"
-    shutil.rmtree(staging, ignore_errors=True)
-    saved = artifact.save(staging)
-    folder = staging.parent / saved.content_hash.removeprefix("sha256:")[:16]
-    if folder.exists():
-        shutil.rmtree(staging)
-    else:
-        staging.rename(folder)
-    return folder, saved
+def resume_or_skip(context: dg.AssetExecutionContext, db: Any, publisher: Publisher, bench: str,
+                   key: str) -> dict[str, Any] | None:
+    """Before a fit: finish publications that already show outside DuckDB; then, when a publication of
+    this very fit key is still waiting, the metadata that hands it to the publish step; when the key
+    is already decided, None after logging why nothing runs (no materialization: downstream steps and
+    checks are skipped, and shown as skipped)."""
+    for done in publisher.publish_open(bench, started_only=True):
+        context.log.warning("%s: finished the interrupted publication of anchor set #%d as %s (registry version "
+                            "%s)", bench, done.anchor_set_id, done.alias, done.registry_version)
+    pending = db.open_publications(bench)
+    if pending and all(p["fit_key"] == key for p in pending):
+        ids = ", ".join(f"#{p['anchor_set_id']} as {p['alias']}" for p in pending)
+        return {"decision": f"resumed: the publication of {ids} (fit key {key[:12]}) did not finish; the "
+                            f"checks it passed are reported again and the publish step completes it",
+                "evaluated": int(pending[0]["anchor_set_id"]), "fit_key": key}
+    decided = up_to_date(db, bench, key)
+    if decided is not None and not pending:
+        context.log.info("%s: skipped: fit key %s (data version %s and every setting) already decided on %s: %s",
+                         bench, key[:12], decided["data_version"], decided["decided_at"], decided["reason"])
+        return None
+    return {}
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"pytorch", "duckdb"}, owners=OWNERS,
-          tags={"layer": "fit"}, pool="sparseeval_fit",
-          check_specs=[dg.AssetCheckSpec(name, asset="candidate", blocking=True) for name in PUBLISH_CHECKS],
+          tags={"layer": "fit"}, pool="sparseeval_fit", output_required=False,
           description="Fit on the training models of the split: the champion's anchors kept and its predictor "
                       "refit on the new data, and a fresh selection as challenger; each anchor set written once "
-                      "and each predictor saved as a version. Blocking checks decide whether the proposed one "
-                      "may be published. Unchanged data and settings: nothing is refit.")
+                      "and each predictor saved as a version; the publishing checks decided and recorded "
+                      "(proposed or rejected). Fit key (data version and every setting) already decided: no "
+                      "materialization, and the steps after it are skipped.")
 def candidate(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
               settings: SettingsResource, tracking: TrackingResource):
     matrix, db = response_matrix, store.store()
     bench = matrix.benchmark
-    version = db.data_version(bench)
+    version = matrix.data_version or db.data_version(bench)  # an .npz of an older release carries none
     k = min(settings.k, len(matrix.items))
+    key = fit_key(version, settings.fit_settings())
+    publisher = Publisher(db, tracking.config(), Path(settings.predictor_dir),
+                          run_tags={"dagster.run_id": context.run_id})
+    resumed = resume_or_skip(context, db, publisher, bench, key)
+    if resumed is None:
+        return
+    if resumed:
+        yield dg.MaterializeResult(metadata={**resumed, "data_version": version})
+        return
     champion = db.champion(bench)
     same_setup = champion is not None and champion["method"] == settings.method and champion["k"] == k \
         and champion["seed"] == settings.seed
-    if same_setup and champion["data_version"] == version:
-        reason = (f"skipped: data version {version} and settings unchanged since champion anchor set "
-                  f"#{champion['anchor_set_id']}: nothing refit, nothing to publish")
-        context.log.info("%s: %s", bench, reason)
-        yield dg.MaterializeResult(metadata={"decision": reason, "proposed": None,
-                                             "champion": champion["anchor_set_id"], "data_version": version})
-        for name in PUBLISH_CHECKS:
-            yield dg.AssetCheckResult(check_name=name, passed=True, metadata={"skipped": reason})
-        return
     with tracked_run(tracking.config(), "candidate", benchmark=bench,
                      params={"k": k, "method": settings.method, "seed": settings.seed, "split": settings.split_policy,
-                             "alpha": settings.alpha, "data_version": version,
+                             "alpha": settings.alpha, "data_version": version, "fit_key": key,
                              "threads": cpu_threads()},  # with the seed, what reproduces the fit
                      tags={"dagster.run_id": context.run_id, "data_version": version}) as run, \
             db.publishing_once():  # its several writes publish the snapshot once
         run.log_matrix(matrix, source=db.path, digest=version)
-        yield from _candidate_fit(context, matrix, db, store, settings, run, version, k, champion, same_setup)
+        yield from _candidate_fit(context, matrix, db, store, settings, run, version, k, champion, same_setup, key)
 
 
 def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db: Any, store: StoreResource,
                    settings: SettingsResource, run: Any, version: str, k: int, champion: dict[str, Any] | None,
-                   same_setup: bool):
+                   same_setup: bool, key: str):
     """The fitting body of :func:`candidate`, inside its MLflow run (which records its real duration)."""
     bench = matrix.benchmark
     split = split_for_seed(matrix, settings.seed, settings.protocol(), _dates(store, matrix, settings.split_policy))
@@ -247,29 +251,18 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
             elif refit["anchor_set_id"] != selected["anchor_set_id"]:
                 proposed, challenger = selected, None
     # the publishing checks, on the proposed predictor's held-out models
-    valid = len(set(proposed["items"])) == k == len(proposed["items"]) and set(proposed["items"]) <= set(matrix.items)
-    nominal = 1.0 - settings.alpha
-    coverage = proposed["coverage"]
-    results = {
-        "beats_random_linear": (proposed["mae"] <= baseline,
-                                {"test_mae": proposed["mae"], "random_linear_mae": baseline}),
-        "coverage_near_nominal": (coverage is None or abs(coverage - nominal) <= settings.coverage_tolerance,
-                                  {"coverage": coverage, "nominal": nominal,
-                                   "tolerance": settings.coverage_tolerance,
-                                   "note": "too few held-out models to measure" if coverage is None else ""}),
-        "anchors_valid": (valid, {"k": k, "unique": len(set(proposed["items"]))}),
-    }
-    passed = all(ok for ok, _ in results.values())
-    db.update_anchor_set(proposed["anchor_set_id"], role="proposed" if passed else "rejected")
-    if challenger is not None:
-        db.update_anchor_set(challenger["anchor_set_id"], role="challenger" if passed else "rejected")
-    failed = [name for name, (ok, _) in results.items() if not ok]
-    if failed:
-        decision += f"; NOT published: failed {', '.join(failed)} (the champion stays)"
+    checks = publishing_checks(mae={bench: proposed["mae"]}, baseline={bench: baseline},
+                               mean_guess={bench: mean_guess_mae(matrix.scores, split)},
+                               coverage={bench: proposed["coverage"]}, nominal=1.0 - settings.alpha,
+                               tolerance=settings.coverage_tolerance, items=proposed["items"], expected_k=k,
+                               known_items=set(matrix.items))
+    outcome = record_decision(db, bench, fit_key=key, data_version=version, proposed=proposed,
+                              challenger=challenger, checks=checks)
+    decision += f"; {outcome}"
     context.log.info("%s: %s", bench, decision)
     proposed_est = selected_est if proposed is selected else refit_est
     cover = coverage_by_level(matrix, split, proposed_est, seed=settings.seed)
-    run.log_metrics({"test_mae": proposed["mae"], "random_linear_mae": baseline, "coverage": coverage,
+    run.log_metrics({"test_mae": proposed["mae"], "random_linear_mae": baseline, "coverage": proposed["coverage"],
                      "selection_seconds": seconds, **{f"coverage/level_{lv:g}": v for lv, v in cover.items()}})
     run.set_tags({"decision": decision[:250], "proposed_anchor_set": proposed["anchor_set_id"]})
     with tempfile.TemporaryDirectory() as tmp:
@@ -279,128 +272,74 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
         run.log_artifact(plot_coverage_by_level(cover, Path(tmp) / "coverage_by_level.png", title=bench,
                                                 n_models=len(split.test)), "plots")
     yield dg.MaterializeResult(metadata={
-        "decision": decision, "proposed": proposed["anchor_set_id"],
-        "challenger": challenger["anchor_set_id"] if challenger else None,
+        "decision": decision, "evaluated": proposed["anchor_set_id"], "proposed": proposed["anchor_set_id"],
+        "challenger": challenger["anchor_set_id"] if challenger else None, "fit_key": key,
         "test_mae_points": round(proposed["mae"], 3), "random_linear_mae_points": round(baseline, 3),
-        "coverage": coverage, "k": k, "method": settings.method, "data_version": version,
+        "coverage": proposed["coverage"], "k": k, "method": settings.method, "data_version": version,
         "anchors": dg.MetadataValue.md(_markdown(pl.DataFrame({"position": range(k), "item_id": proposed["items"]}))),
         "selection_seconds": round(seconds, 2), "train_models": len(split.train), "test_models": len(split.test),
     })
-    for name, (ok, meta) in results.items():
-        yield dg.AssetCheckResult(check_name=name, passed=bool(ok), metadata=meta)
 
 
 # --- publish ----------------------------------------------------------------------------------------
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"mlflow", "duckdb"}, owners=OWNERS,
           tags={"layer": "publish"}, deps=[candidate], pool="duckdb_writer",
-          description="Publish the proposed predictor (only reached when candidate's blocking checks pass): "
-                      "registered in MLflow with alias champion (a challenger with alias challenger), copied "
-                      "to <predictors>/<benchmark>/, and recorded as champion in DuckDB. Earlier versions stay "
-                      "in <predictors>/<benchmark>/versions/ and in the registry.")
+          description="Publish what the candidate proposed (only reached when its blocking checks pass), through "
+                      "the library's one publisher: registry version (reused for the same content), the "
+                      "published folder swapped in one rename, the MLflow alias, then the DuckDB role; each step "
+                      "recorded, so an interrupted publication is finished by the next one. Then the anchor-only "
+                      "models are scored with the new champion.")
 def champion(context: dg.AssetExecutionContext, store: StoreResource, tracking: TrackingResource,
              settings: SettingsResource) -> dg.MaterializeResult:
-    return publish_proposed(context, context.partition_key, store, tracking, settings)
+    return publish_open(context, context.partition_key, store, tracking, settings)
 
 
-def publish_proposed(context: dg.AssetExecutionContext, bench: str, store: StoreResource, tracking: TrackingResource,
-                     settings: SettingsResource) -> dg.MaterializeResult:
-    """Publish ``bench``'s proposed anchor set (a benchmark's, or the joint predictor's): registry
-    alias, published folder, DuckDB role; the challenger beside it."""
+def publish_open(context: dg.AssetExecutionContext, bench: str, store: StoreResource, tracking: TrackingResource,
+                 settings: SettingsResource) -> dg.MaterializeResult:
+    """Publish ``bench``'s open publications (a benchmark's, or the joint predictor's) and report them."""
     db = store.store()
-    proposed = db.anchor_sets_by_role(bench, "proposed")
+    publisher = Publisher(db, tracking.config(), Path(settings.predictor_dir),
+                          run_tags={"dagster.run_id": context.run_id})
+    with db.publishing_once():  # the role changes publish the snapshot once
+        done = publisher.publish_open(bench)
+        scored = score_anchor_only_models(db, bench) if done and bench != JOINT_METHOD else 0
     current = db.champion(bench)
-    if not proposed:
+    if not done:
         reason = f"unchanged: champion #{current['anchor_set_id']} kept" if current else "nothing proposed"
         return dg.MaterializeResult(metadata={"decision": reason,
                                               "champion": current["anchor_set_id"] if current else None})
-    chosen = db.anchor_set(proposed[-1])
-    cfg = tracking.config()
-    published: dict[str, Any] = {}
-    challengers = [db.anchor_set(i) for i in db.anchor_sets_by_role(bench, "challenger", unregistered=True)]
-    with tracked_run(cfg, "champion", benchmark=bench, tags={"dagster.run_id": context.run_id}) as parent:
-        for role, row in [("champion", chosen), *[("challenger", c) for c in challengers]]:
-            published[role] = _register(cfg, bench, role, row, context.run_id, parent.run_id)
-    with db.publishing_once():  # the role changes publish the snapshot once
-        _record_publication(db, bench, chosen, challengers, published, settings)
-    champ = published["champion"]
-    context.log.info("%s: published anchor set #%s (K=%d, held-out MAE %.2f points) as champion, registry version %s",
-                     bench, champ["anchor_set_id"], chosen["k"], chosen["test_mae"], champ["registry_version"])
+    lines = [f"#{p.anchor_set_id} as {p.alias} (registry version {p.registry_version}"
+             f"{', reused' if p.reused_version else ''}; previous #{p.previous})" for p in done]
+    context.log.info("%s: published %s", bench, "; ".join(lines))
+    champ = next((p for p in done if p.alias == "champion"), None)
     return dg.MaterializeResult(metadata={
-        "decision": f"published anchor set #{champ['anchor_set_id']} as champion (registry version "
-                    f"{champ['registry_version']}; previous champion #{champ['previous']})",
-        "champion": champ["anchor_set_id"], "registry_version": champ["registry_version"],
-        "challenger": published.get("challenger", {}).get("anchor_set_id"),
-        "test_mae_points": chosen["test_mae"], "folder": str(Path(settings.predictor_dir) / bench),
+        "decision": "published " + "; ".join(lines),
+        "champion": current["anchor_set_id"] if current else None,
+        "registry_version": champ.registry_version if champ else None,
+        "challenger": next((p.anchor_set_id for p in done if p.alias == "challenger"), None),
+        "test_mae_points": current["test_mae"] if current else None,
+        "folder": str(Path(settings.predictor_dir) / bench), "models_scored": scored,
     })
-
-
-def _record_publication(db: Any, bench: str, chosen: dict[str, Any], challengers: list[dict[str, Any]],
-                        published: dict[str, Any], settings: SettingsResource) -> None:
-    """Copy the champion's folder to the published place and record both roles in DuckDB."""
-    for role, row in [("champion", chosen), *[("challenger", c) for c in challengers]]:
-        folder, version, run_id = Path(row["artifact_uri"]), *published[role]
-        published[role] = {"anchor_set_id": row["anchor_set_id"], "registry_version": version, "run_id": run_id}
-        if role == "champion":
-            target = Path(settings.predictor_dir) / bench
-            _publish_folder(folder, target)
-            previous = db.publish_champion(bench, row["anchor_set_id"], registry_version=version,
-                                           mlflow_run_id=run_id)
-            published[role]["previous"] = previous
-        else:
-            db.update_anchor_set(row["anchor_set_id"], registry_version=version, mlflow_run_id=run_id)
-
-
-def _register(cfg: Any, bench: str, role: str, row: dict[str, Any], dagster_run_id: str,
-              parent_run_id: str) -> tuple[str, str]:
-    """One nested MLflow run per published predictor (champion, challenger) and its registry version."""
-    folder = Path(row["artifact_uri"])
-    artifact = load_predictor(folder)
-    with tracked_run(cfg, role, benchmark=bench, parent_run_id=parent_run_id,
-                     tags={"dagster.run_id": dagster_run_id, "role": role}) as run:
-        log_evaluation_run(
-            cfg, benchmark=bench, method=row["method"], k=row["k"], seed=row["seed"],
-            params={"role": role, "origin": row["origin"], "data_version": row["data_version"],
-                    "n_train": row["n_train_models"], "content_hash": artifact.content_hash},
-            metrics={"test_mae": row["test_mae"], "random_linear_mae": row["baseline_mae"],
-                     **({"coverage": row["coverage"]} if row["coverage"] is not None else {})},
-            anchors=[{"position": i, "item_id": item} for i, item in enumerate(row["items"])],
-            predictor_state_path=folder, tags={"dagster.run_id": dagster_run_id, "role": role}, run_id=run.run_id)
-        version = register_predictor(cfg, benchmark=bench, predictor_dir=folder, run_id=run.run_id, alias=role,
-                                     tags={"data_version": row["data_version"], "anchor_set_id": row["anchor_set_id"]})
-    return version, run.run_id
-
-
-def _publish_folder(version: Path, target: Path) -> None:
-    """Copy a predictor version into the published folder ``target`` (replaced atomically enough:
-    the new copy is complete before the old one is moved away)."""
-    staging = target.with_name(f".{target.name}.publishing")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(version, staging, ignore=shutil.ignore_patterns("versions"))
-    versions = target / "versions"
-    target.mkdir(parents=True, exist_ok=True)
-    for child in list(target.iterdir()):
-        if child != versions:
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    for child in staging.iterdir():
-        child.rename(target / child.name)
-    staging.rmdir()
 
 
 # --- comparison and predictions ----------------------------------------------------------------------
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"duckdb", "mlflow"}, owners=OWNERS,
-          tags={"layer": "compare"}, deps=[champion], pool="sparseeval_fit",
+          tags={"layer": "compare"}, pool="sparseeval_fit", output_required=False,
           description="SparseEval and baselines on identical splits and seeds -> DuckDB evaluations, one MLflow "
-                      "comparison run with the MAE-vs-K plot. Skipped when the data version already has one.")
+                      "comparison run with the MAE-vs-K plot. Its key (data version and every comparison "
+                      "setting) already compared: no materialization.")
 def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
-               tracking: TrackingResource, settings: SettingsResource) -> dg.MaterializeResult:
+               tracking: TrackingResource, settings: SettingsResource):
     matrix, db = response_matrix, store.store()
-    version = db.data_version(matrix.benchmark)
-    done = db.evaluation_count(matrix.benchmark, version)
+    version = matrix.data_version or db.data_version(matrix.benchmark)
+    key = comparison_key(version, settings.comparison_settings())
+    done = db.evaluation_count(matrix.benchmark, run_key=key)
     if done:
-        return dg.MaterializeResult(metadata={"decision": f"skipped: {done} evaluation rows already exist for "
-                                                          f"data version {version}"})
+        context.log.info("%s: comparison skipped: %d rows already stored for its key %s (data version %s)",
+                         matrix.benchmark, done, key[:12], version)
+        return
     # bounded by a time budget at leaderboard scale (fewer seeds, then methods, then Ks), and said so
     plan = comparison_plan(*matrix.shape, settings.methods(), settings.ks(),
                            list(range(settings.seed, settings.seed + settings.compare_seeds)))
@@ -433,33 +372,29 @@ def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
                                     tags={"dagster.run_id": context.run_id}, run_id=run.run_id)
             picture = _image(plot, f"MAE vs K, {matrix.benchmark}")
     db.save_evaluations(frame.with_columns(pl.lit(run_id).alias("mlflow_run_id"),
-                                           pl.lit(version).alias("data_version")))
+                                           pl.lit(version).alias("data_version"), pl.lit(key).alias("run_key")))
     table = summary.select("method", "k", "seeds", pl.col("mae_mean").round(2), pl.col("mae_sd").round(2),
                            pl.col("tau_mean").round(3), pl.col("seconds_mean").round(2))
     best = table.sort("mae_mean").row(0, named=True)
     context.log.info("%s: best method %s at K=%d, MAE %.2f points (%d runs compared)", matrix.benchmark,
                      best["method"], best["k"], best["mae_mean"], frame.height)
-    return dg.MaterializeResult(metadata={"runs": frame.height, "mlflow_run_id": run_id, "data_version": version,
+    yield dg.MaterializeResult(metadata={"runs": frame.height, "mlflow_run_id": run_id, "data_version": version,
+                                         "comparison_key": key,
                                           "plan": plan.describe(), "plan_reduced": plan.reduced,
                                           "method_ranking": dg.MetadataValue.md(_markdown(table.sort("k", "mae_mean"))),
                                           "mae_vs_k": picture})
 
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"duckdb"}, owners=OWNERS,
-          tags={"layer": "publish"}, deps=[champion],
-          description="Score every stored model that has anchor answers but no full score (with intervals), "
-                      "with the published champion.")
+          tags={"layer": "publish"}, deps=[response_matrix], pool="duckdb_writer",
+          description="Score every stored model that has anchor answers but no full score (with intervals) "
+                      "with the published champion, whether or not this refresh published a new one (a "
+                      "rejected refresh keeps the old champion, which still scores the new models).")
 def predictions(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     bench = context.partition_key
     db = store.store()
     current = db.champion(bench)
     if current is None:
         return dg.MaterializeResult(metadata={"models_scored": 0, "decision": "no champion published"})
-    artifact = load_predictor(current["artifact_uri"])
-    answers = db.anchor_answers_without_score(bench, artifact.anchor_item_ids)
-    rows = [{**p.as_dict(), "anchor_set_id": current["anchor_set_id"]}
-            for p in (predict(artifact, answers) if answers.height else [])]
-    if rows:
-        db.save_predictions(rows)
-    return dg.MaterializeResult(metadata={"models_scored": len(rows), "anchor_set_id": current["anchor_set_id"],
-                                          "ood_flagged": sum(bool(r["ood"]) for r in rows)})
+    scored = score_anchor_only_models(db, bench)
+    return dg.MaterializeResult(metadata={"models_scored": scored, "anchor_set_id": current["anchor_set_id"]})

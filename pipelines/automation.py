@@ -1,18 +1,22 @@
-"""Jobs, the daily schedule and the two sensors: refresh only what changed.
+"""Jobs, the daily schedule and the sensors: refresh only what changed, whoever changed it.
 
 * ``ingest`` job (``raw_results``): ingests the source folder once.
-* ``refresh`` job (partitioned by benchmark): matrix -> candidate -> champion -> evaluation, predictions.
+* ``refresh`` job (partitioned by benchmark): matrix -> candidate -> checks -> champion, evaluation,
+  predictions.
 * ``new_results_sensor``: a source unit whose bytes are not in the store yet -> one ``ingest`` run.
   Its cursor starts from what the store has already ingested (sha256 in ``ingests``), so opening
   the UI after ``make run`` launches nothing.
-* ``benchmarks_changed_sensor``: after each ``raw_results`` materialization, adds partitions for
-  new benchmarks (dynamic partitions: nothing to configure) and requests ``refresh`` runs for the
-  benchmarks whose data version changed, and only those.
-* ``daily_refresh``: launches the ``ingest`` job; when nothing changed, the sensor requests no
-  refresh (and a refresh of an unchanged benchmark skips its fit and says why).
-* ``joint`` job (``joint_anchors`` -> ``joint_champion``): the predictor spanning every benchmark;
-  ``joint_after_refresh_sensor`` requests it when the last queued ``refresh`` run has succeeded
-  (it reads every benchmark's matrix; unchanged matrices: it skips its fit and says why).
+* ``stale_benchmarks_sensor``: asks the **store** which benchmarks are stale: a data version or a
+  setting whose fit key has no decision yet, or a comparison key with no rows
+  (:func:`sparseeval.refresh.stale_benchmarks`). So results ingested by ``sparseeval ingest`` into the
+  same store refresh too, a changed setting refreshes what it changes, and after ``make run``
+  (everything decided) it requests nothing. It adds partitions for new benchmarks. Its run key names
+  the stale state, so one state is requested once (a run that failed is retried by Dagster's run
+  retries, not by asking again every tick).
+* ``joint_sensor``: once no refresh is queued or running and every joint benchmark is up to date
+  (or its last refresh failed: the joint fit then uses its previous matrix and says so), requests the
+  ``joint`` job when the joint predictor's fit key has no decision yet.
+* ``daily_refresh``: launches the ``ingest`` job; the sensors refresh what it changed.
 """
 
 
@@ -25,9 +29,16 @@ import dagster as dg
 from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
 from pipelines.joint import joint_anchors, joint_champion
 from pipelines.partitions import BENCHMARK_PARTITIONS, benchmark_partitions
-from pipelines.resources import SourceResource, StoreResource
+from pipelines.resources import SettingsResource, SourceResource, StoreResource
+from sparseeval import settings as defaults
+from sparseeval.benchmarks import joint_benchmarks
+from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.readers.detect import discover
+from sparseeval.refresh import fit_key, joint_data_version, stale_benchmarks
 from sparseeval.store.pinning import unit_sha256
+
+#: seconds between sensor evaluations (``SPARSEEVAL_SENSOR_INTERVAL``; read when the code location loads)
+SENSOR_INTERVAL = int(defaults.SETTINGS["sensor_interval"].get())
 
 ingest_job = dg.define_asset_job(
     "ingest", selection=dg.AssetSelection.assets(raw_results),
@@ -38,20 +49,20 @@ refresh_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(response_matrix, candidate, champion, evaluation, predictions),
     partitions_def=benchmark_partitions,
     description="Rebuild one benchmark's matrix, refit (champion kept, challenger re-selected), publish what "
-                "passes the checks, compare methods, score anchor-only models. Unchanged data: skips.",
+                "passes the checks, compare methods, score anchor-only models. Fit key already decided: skips.",
 )
 
 
 @dg.schedule(job=ingest_job, cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.RUNNING)
 def daily_refresh(context: dg.ScheduleEvaluationContext):
-    """Every day at 03:00: ingest; the sensor below refreshes the benchmarks that changed."""
+    """Every day at 03:00: ingest; the sensors refresh the benchmarks that changed."""
     stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
     return dg.RunRequest(run_key=f"daily-{stamp}")
 
 joint_job = dg.define_asset_job(
     "joint", selection=dg.AssetSelection.assets(joint_anchors, joint_champion),
     description="Fit, check and publish the joint predictor (one anchor set for every benchmark) from the "
-                "benchmarks' current matrices. Unchanged matrices and settings: skips.")
+                "benchmarks' current matrices. Fit key already decided: skips.")
 
 
 def unit_signature(path: Path) -> str:
@@ -84,7 +95,7 @@ def new_units(folder: Path, cursor: dict[str, str], ingested: set[str]) -> tuple
     return fresh, new_cursor
 
 
-@dg.sensor(job=ingest_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(job=ingest_job, minimum_interval_seconds=SENSOR_INTERVAL, default_status=dg.DefaultSensorStatus.RUNNING)
 def new_results_sensor(context: dg.SensorEvaluationContext, source: SourceResource, store: StoreResource):
     """A source unit the store does not hold yet -> one ``ingest`` run (never one per benchmark)."""
     folder = source.resolve()
@@ -100,34 +111,54 @@ def new_results_sensor(context: dg.SensorEvaluationContext, source: SourceResour
                          tags={"sparseeval/new_units": ", ".join(u.name for u in fresh)[:200]})
 
 
-@dg.asset_sensor(asset_key=raw_results.key, job=refresh_job, default_status=dg.DefaultSensorStatus.RUNNING)
-def benchmarks_changed_sensor(context: dg.SensorEvaluationContext, asset_event: dg.EventLogEntry):
-    """After an ingest: add partitions for new benchmarks and refresh the ones whose data changed."""
-    materialization = asset_event.asset_materialization
-    assert materialization is not None
-    metadata = materialization.metadata
-    benchmarks = list(metadata["benchmarks"].value) if "benchmarks" in metadata else []
-    changed = list(metadata["changed_benchmarks"].value) if "changed_benchmarks" in metadata else []
+@dg.sensor(job=refresh_job, minimum_interval_seconds=SENSOR_INTERVAL, default_status=dg.DefaultSensorStatus.RUNNING)
+def stale_benchmarks_sensor(context: dg.SensorEvaluationContext, store: StoreResource, settings: SettingsResource):
+    """Benchmarks the store says are stale (new data from any writer, changed settings) -> one ``refresh``
+    run each; new benchmarks get their partition first."""
+    db = store.store()
+    stale = stale_benchmarks(db, settings.fit_settings(), settings.comparison_settings())
     known = set(context.instance.get_dynamic_partitions(BENCHMARK_PARTITIONS))
-    new = sorted(set(benchmarks) - known)
-    requests = [dg.RunRequest(run_key=f"{asset_event.run_id}-{b}", partition_key=b) for b in sorted(changed)]
-    if not requests and not new:
-        return dg.SkipReason("the last ingest changed no benchmark: nothing to refresh")
+    new = sorted(set(db.benchmarks()) - known)
+    if not stale and not new:
+        return dg.SkipReason("every benchmark is up to date: its fit key and comparison key are decided")
+    requests = [dg.RunRequest(run_key=f"refresh-{b}-{key}", partition_key=b, tags={"sparseeval/why": why[:200]})
+                for b, (key, why) in sorted(stale.items())]
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=[benchmark_partitions.build_add_request(new)] if new else [])
 
 
-#: a refresh run that has not finished yet (the joint predictor waits for the last one)
+#: a run that has not finished yet (the joint predictor waits for the last refresh)
 IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                dg.DagsterRunStatus.STARTED]
 
 
-@dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[refresh_job], request_job=joint_job,
-                      default_status=dg.DefaultSensorStatus.RUNNING)
-def joint_after_refresh_sensor(context: dg.RunStatusSensorContext):
-    """After a successful ``refresh`` run, once no other refresh is queued or running: one ``joint`` run."""
+def _last_refresh_failed(instance: dg.DagsterInstance, bench: str) -> bool:
+    records = instance.get_run_records(dg.RunsFilter(job_name=refresh_job.name, tags={"dagster/partition": bench}),
+                                       limit=1)
+    return bool(records) and records[0].dagster_run.status == dg.DagsterRunStatus.FAILURE
+
+
+@dg.sensor(job=joint_job, minimum_interval_seconds=SENSOR_INTERVAL, default_status=dg.DefaultSensorStatus.RUNNING)
+def joint_sensor(context: dg.SensorEvaluationContext, store: StoreResource, settings: SettingsResource):
+    """After the refreshes of a batch (failed ones included): one ``joint`` run, when its fit key is new."""
     busy = context.instance.get_run_records(dg.RunsFilter(job_name=refresh_job.name, statuses=IN_PROGRESS), limit=1)
     if busy:
         return dg.SkipReason("refresh runs still in progress: the joint predictor waits for the last one")
-    return dg.RunRequest(run_key=f"joint-after-{context.dagster_run.run_id}")
+    db = store.store()
+    versions = db.data_versions()
+    chosen = joint_benchmarks(settings.joint_benchmarks, sorted(versions))
+    if len(chosen) < 2:
+        return dg.SkipReason(f"a joint predictor needs two benchmarks or more, have {', '.join(chosen) or 'none'}")
+    stale = stale_benchmarks(db, settings.fit_settings(), settings.comparison_settings())
+    waiting = [b for b in chosen if b in stale and not _last_refresh_failed(context.instance, b)]
+    if waiting:
+        return dg.SkipReason(f"waiting for the refresh of {', '.join(waiting)}")
+    key = fit_key(joint_data_version({b: versions[b] for b in chosen}),
+                  {**settings.joint_settings(), "benchmarks": chosen})
+    if db.latest_fit_keys().get(JOINT_METHOD) == key:
+        return dg.SkipReason("the joint predictor is up to date with its benchmarks' data and the settings")
+    failed = [b for b in chosen if b in stale]
+    return dg.RunRequest(run_key=f"joint-{key[:16]}",
+                         tags={"sparseeval/why": ("benchmarks whose last refresh failed use their previous matrix: "
+                                                  + ", ".join(failed)) if failed else "new data or settings"})

@@ -22,7 +22,8 @@ from sparseeval.matrix import ResponseMatrix
 def save_matrix(matrix: ResponseMatrix, path: Path) -> None:
     """Atomically write ``matrix`` as one ``.npz`` (no pickled objects: ``allow_pickle=False`` reads it)."""
     names = json.dumps({"benchmark": matrix.benchmark, "models": matrix.models, "items": matrix.items,
-                        "score_source": matrix.score_source, "dropped_models": matrix.dropped_models})
+                        "score_source": matrix.score_source, "dropped_models": matrix.dropped_models,
+                        "data_version": matrix.data_version})
     atomic_write(path, lambda tmp: np.savez_compressed(
         tmp, values=matrix.values, observed=matrix.observed, scores=matrix.scores,
         names=np.frombuffer(names.encode("utf-8"), dtype=np.uint8)), suffix=".npz")
@@ -33,7 +34,8 @@ def load_matrix(path: Path) -> ResponseMatrix:
         names = json.loads(data["names"].tobytes().decode("utf-8"))
         return ResponseMatrix(benchmark=names["benchmark"], models=names["models"], items=names["items"],
                               values=data["values"], observed=data["observed"], scores=data["scores"],
-                              score_source=names["score_source"], dropped_models=names["dropped_models"])
+                              score_source=names["score_source"], dropped_models=names["dropped_models"],
+                              data_version=names.get("data_version", ""))
 
 
 class MatrixIOManager(dg.ConfigurableIOManager):

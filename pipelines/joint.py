@@ -14,22 +14,24 @@ are kept and refit); earlier versions stay in ``versions/`` and in the registry.
 """
 
 
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import numpy as np
 import polars as pl
 
-from pipelines.assets import GROUP, OWNERS, PUBLISH_CHECKS, _markdown, publish_proposed, save_version
+from pipelines.assets import GROUP, OWNERS, _markdown, publish_open, resume_or_skip
 from pipelines.resources import SettingsResource, StoreResource, TrackingResource
 from sparseeval.benchmarks import joint_benchmarks
-from sparseeval.champion import joint_baseline_maes, joint_crossfit_coverage
+from sparseeval.champion import joint_baseline_maes, joint_crossfit_coverage, mean_guess_mae
 from sparseeval.device import cpu_threads
 from sparseeval.evaluation import evaluate_joint, evaluate_per_benchmark, results_frame
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods.joint import JOINT_METHOD, JOINT_SEP, MEAN, common_models, joint_data, restrict_models
+from sparseeval.publishing import Publisher, record_decision, save_version
+from sparseeval.refresh import fit_key, joint_data_version, publishing_checks
 from sparseeval.scoring import joint_artifact_from_fit
 from sparseeval.sources import model_dates
 from sparseeval.splits import make_split
@@ -39,16 +41,23 @@ from sparseeval.tracking import log_comparison, tracked_run
 MIN_JOINT_MODELS = 50
 
 
-def _skip(context: dg.AssetExecutionContext, reason: str, **metadata: Any):
+def _skip(context: dg.AssetExecutionContext, reason: str, **_: Any) -> None:
+    """Nothing to fit: said in the log (no materialization: the checks and the publish step are
+    skipped, and shown as skipped)."""
     context.log.info("%s: %s", JOINT_METHOD, reason)
-    yield dg.MaterializeResult(metadata={"decision": reason, "proposed": None, **metadata})
-    for name in PUBLISH_CHECKS:
-        yield dg.AssetCheckResult(check_name=name, passed=True, metadata={"skipped": reason})
+
+
+def _stale_inputs(matrices: list[ResponseMatrix], store_versions: dict[str, str]) -> list[str]:
+    """Benchmarks whose matrix (from its last refresh) is behind the store: their refresh failed or has
+    not run, so the joint fit uses their previous data, and says so."""
+    return [f"{m.benchmark} (matrix at data version {m.data_version or '?'}, store at "
+            f"{store_versions.get(m.benchmark, '?')})" for m in matrices
+            if m.data_version and store_versions.get(m.benchmark) not in (None, m.data_version)]
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch", "duckdb", "mlflow"}, owners=OWNERS, tags={"layer": "fit"},
           pool="sparseeval_fit", ins={"response_matrix": dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
-          check_specs=[dg.AssetCheckSpec(name, asset="joint_anchors", blocking=True) for name in PUBLISH_CHECKS],
+          output_required=False,
           description="sparseeval-joint: one anchor set for several benchmarks under one item budget (K per "
                       "benchmark in all), fitted on the models that have every benchmark, compared on the same "
                       "held-out models with the per-benchmark method at the same total, checked output by "
@@ -57,25 +66,31 @@ def joint_anchors(context: dg.AssetExecutionContext, response_matrix: dict[str, 
                   store: StoreResource, settings: SettingsResource, tracking: TrackingResource):
     chosen = joint_benchmarks(settings.joint_benchmarks, sorted(response_matrix))
     if len(chosen) < 2:
-        yield from _skip(context, f"skipped: a joint predictor needs two benchmarks or more, have "
+        _skip(context, f"skipped: a joint predictor needs two benchmarks or more, have "
                                   f"{', '.join(chosen) or 'none'} (SPARSEEVAL_JOINT_BENCHMARKS)")
         return
     matrices = [response_matrix[b] for b in chosen]
     common = set(matrices[0].models).intersection(*(m.models for m in matrices[1:]))
     if len(common) < MIN_JOINT_MODELS:
-        yield from _skip(context, f"skipped: only {len(common)} models have every one of {', '.join(chosen)} "
+        _skip(context, f"skipped: only {len(common)} models have every one of {', '.join(chosen)} "
                                   f"(at least {MIN_JOINT_MODELS} needed)", benchmarks=dg.MetadataValue.json(chosen))
         return
     k = min([settings.k, *(len(m.items) for m in matrices)])
-    # what the fit sees, exactly: the matrices' content (not the store's, which may have moved on since)
-    version = hashlib.sha256("|".join(f"{m.benchmark}={m.digest()}" for m in matrices).encode()).hexdigest()[:16]
+    # what the fit sees, exactly: the data versions its matrices were built from (they travel with them)
+    version = joint_data_version({m.benchmark: m.data_version or m.digest() for m in matrices})
     db = store.store()
-    champion = db.champion(JOINT_METHOD)
-    if champion is not None and champion["data_version"] == version and champion["seed"] == settings.seed \
-            and champion["k"] == k * len(chosen):
-        yield from _skip(context, f"skipped: matrices and settings unchanged since joint anchor set "
-                                  f"#{champion['anchor_set_id']}: nothing refit, nothing to publish",
-                         champion=champion["anchor_set_id"], data_version=version)
+    key = fit_key(version, {**settings.joint_settings(), "benchmarks": chosen})
+    behind = _stale_inputs(matrices, db.data_versions())
+    for line in behind:
+        context.log.warning("%s: %s: its refresh has not completed; the joint predictor uses its previous matrix",
+                            JOINT_METHOD, line)
+    publisher = Publisher(db, tracking.config(), Path(settings.predictor_dir),
+                          run_tags={"dagster.run_id": context.run_id})
+    resumed = resume_or_skip(context, db, publisher, JOINT_METHOD, key)
+    if resumed is None:
+        return
+    if resumed:
+        yield dg.MaterializeResult(metadata={**resumed, "data_version": version})
         return
     with tracked_run(tracking.config(), "candidate", benchmark=JOINT_METHOD,
                      params={"k_per_benchmark": k, "benchmarks": ",".join(chosen), "method": JOINT_METHOD,
@@ -84,11 +99,11 @@ def joint_anchors(context: dg.AssetExecutionContext, response_matrix: dict[str, 
                              "threads": cpu_threads()},
                      tags={"dagster.run_id": context.run_id, "data_version": version}) as run, \
             db.publishing_once():
-        yield from _joint_fit(context, matrices, k, version, db, settings, run, tracking)
+        yield from _joint_fit(context, matrices, k, version, db, settings, run, tracking, key, behind)
 
 
 def _joint_fit(context: dg.AssetExecutionContext, matrices: list[ResponseMatrix], k: int, version: str, db: Any,
-               settings: SettingsResource, run: Any, tracking: TrackingResource):
+               settings: SettingsResource, run: Any, tracking: TrackingResource, key: str, behind: list[str]):
     """The fitting body of :func:`joint_anchors`, inside its MLflow run."""
     models = common_models(matrices)
     parts = [restrict_models(m, models) for m in matrices]
@@ -107,7 +122,7 @@ def _joint_fit(context: dg.AssetExecutionContext, matrices: list[ResponseMatrix]
     artifact = joint_artifact_from_fit(data, split, est, alpha=settings.alpha, seed=settings.seed,
                                        models=metadata,
                                        settings={b: db.training_settings(b) for b in data.benchmarks})
-    folder, saved = save_version(artifact, Path(settings.predictor_dir) / JOINT_METHOD, "selected")
+    folder, saved = save_version(artifact, Path(settings.predictor_dir), JOINT_METHOD)
     modes = {name: c.get("mode", "binomial") for name, c in saved.calibration["outputs"].items()}
     coverage = joint_crossfit_coverage(data, split, est, alpha=settings.alpha, seed=settings.seed, modes=modes)
     mae = {r.benchmark: r.mae for r in joint_results}
@@ -131,22 +146,18 @@ def _joint_fit(context: dg.AssetExecutionContext, matrices: list[ResponseMatrix]
     db.save_evaluations(frame.with_columns(pl.lit(comparison_id).alias("mlflow_run_id"),
                                            pl.lit(version).alias("data_version")))
     # the publishing checks, every output on the joint split's held-out models
-    nominal = 1.0 - settings.alpha
     outputs = [*data.benchmarks, MEAN]
-    worse = [o for o in outputs if mae[o] > baselines[o]]
-    off = [o for o in outputs if coverage[o] is not None and abs(coverage[o] - nominal) > settings.coverage_tolerance]
-    valid = len(set(keys)) == len(keys) == k * len(data.benchmarks) and set(keys) <= set(data.columns)
-    results = {
-        "beats_random_linear": (not worse, {"test_mae": mae, "random_linear_mae": baselines, "worse": worse}),
-        "coverage_near_nominal": (not off, {"coverage": coverage, "nominal": nominal,
-                                            "tolerance": settings.coverage_tolerance, "off": off}),
-        "anchors_valid": (valid, {"items": len(keys), "unique": len(set(keys)), "expected": k * len(data.benchmarks)}),
-    }
-    failed = [name for name, (ok, _) in results.items() if not ok]
-    db.update_anchor_set(anchor_set_id, role="rejected" if failed else "proposed")
-    decision = (f"NOT published: failed {', '.join(failed)} (the champion stays)" if failed else
-                f"proposed joint anchor set #{anchor_set_id}: {k} items per benchmark over "
-                f"{', '.join(data.benchmarks)}")
+    scores = np.concatenate([data.S, data.S.mean(axis=1, keepdims=True)], axis=1)
+    checks = publishing_checks(mae={o: mae[o] for o in outputs}, baseline={o: baselines[o] for o in outputs},
+                               mean_guess={o: mean_guess_mae(scores[:, i], split) for i, o in enumerate(outputs)},
+                               coverage={o: coverage[o] for o in outputs}, nominal=1.0 - settings.alpha,
+                               tolerance=settings.coverage_tolerance, items=keys, expected_k=k * len(data.benchmarks),
+                               known_items=set(data.columns))
+    outcome = record_decision(db, JOINT_METHOD, fit_key=key, data_version=version,
+                              proposed={"anchor_set_id": anchor_set_id, "content_hash": saved.content_hash},
+                              challenger=None, checks=checks)
+    decision = f"joint anchor set #{anchor_set_id}: {k} items per benchmark over {', '.join(data.benchmarks)}; " \
+               f"{outcome}" + (f"; behind the store: {'; '.join(behind)}" if behind else "")
     context.log.info("%s: %s", JOINT_METHOD, decision)
     run.log_metrics({**{f"test_mae/{o}": mae[o] for o in outputs},
                      **{f"{settings.method}_mae/{o}": ref_mae[o] for o in outputs},
@@ -160,13 +171,12 @@ def _joint_fit(context: dg.AssetExecutionContext, matrices: list[ResponseMatrix]
                           "anchors": [est.allocation().get(o, est.k) for o in outputs],
                           "coverage": [coverage[o] for o in outputs]})
     yield dg.MaterializeResult(metadata={
-        "decision": decision, "proposed": anchor_set_id, "benchmarks": dg.MetadataValue.json(data.benchmarks),
+        "decision": decision, "proposed": anchor_set_id, "evaluated": anchor_set_id, "fit_key": key,
+        "benchmarks": dg.MetadataValue.json(data.benchmarks), "inputs_behind": dg.MetadataValue.json(behind),
         "k_per_benchmark": k, "items": est.k, "models": len(data.models), "train_models": len(split.train),
         "test_models": len(split.test), "data_version": version, "selection_seconds": round(seconds, 2),
         "test_mae_points": round(mae[MEAN], 3), "outputs": dg.MetadataValue.md(_markdown(table)),
     })
-    for name, (ok, meta) in results.items():
-        yield dg.AssetCheckResult(check_name=name, passed=bool(ok), metadata=meta)
 
 
 @dg.asset(group_name=GROUP, kinds={"mlflow", "duckdb"}, owners=OWNERS, tags={"layer": "publish"},
@@ -176,4 +186,4 @@ def _joint_fit(context: dg.AssetExecutionContext, matrices: list[ResponseMatrix]
                       "<predictors>/sparseeval-joint/, champion role in DuckDB.")
 def joint_champion(context: dg.AssetExecutionContext, store: StoreResource, tracking: TrackingResource,
                    settings: SettingsResource) -> dg.MaterializeResult:
-    return publish_proposed(context, JOINT_METHOD, store, tracking, settings)
+    return publish_open(context, JOINT_METHOD, store, tracking, settings)

@@ -97,6 +97,22 @@ class SettingsResource(dg.ConfigurableResource):
         return ProtocolConfig(split_policy=self.split_policy, val_frac=self.val_frac,  # type: ignore[arg-type]
                               test_frac=self.test_frac)
 
+    def fit_settings(self) -> dict[str, Any]:
+        """Every setting that changes a fit, its calibration or its publishing checks (the fit key)."""
+        return {"k": self.k, "method": self.method, "seed": self.seed, "val_frac": self.val_frac,
+                "test_frac": self.test_frac, "split_policy": self.split_policy, "alpha": self.alpha,
+                "coverage_tolerance": self.coverage_tolerance, "challenger_margin": self.challenger_margin,
+                "challenger_min_days": self.challenger_min_days}
+
+    def comparison_settings(self) -> dict[str, Any]:
+        """Every setting that changes the comparison (its key)."""
+        return {"methods": self.methods(), "ks": self.ks(), "seeds": self.compare_seeds, "seed": self.seed,
+                "split_policy": self.split_policy, "val_frac": self.val_frac, "test_frac": self.test_frac}
+
+    def joint_settings(self) -> dict[str, Any]:
+        """The joint predictor's fit key settings: a benchmark's, its benchmark list and reference method."""
+        return {**self.fit_settings(), "joint_benchmarks": self.joint_benchmarks}
+
     def methods(self) -> list[str]:
         return [m.strip() for m in self.compare_methods.split(",") if m.strip()]
 

@@ -37,6 +37,9 @@ def _summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float)
         return f"  {bench:<12} FAILED in {', '.join(failed) or 'run'} ({seconds:.0f} s)"
     matrix, fit, published = (_metadata(result, a) for a in ("response_matrix", "candidate", "champion"))
     line = f"  {bench:<12} models {matrix.get('models', 0):>5}  items {matrix.get('items', 0):>5}  "
+    if not fit:
+        return line + (f"{seconds:5.1f} s\n  {'':<12} skipped: up to date (data version "
+                       f"{matrix.get('data_version', '?')} and every setting already decided; nothing refit)")
     if fit.get("proposed") is None:
         return line + f"{seconds:5.1f} s\n  {'':<12} {fit.get('decision', '')}"
     return (line + f"K {fit['k']:>3}  test MAE {fit['test_mae_points']:5.2f} pts (random-linear "
@@ -49,6 +52,9 @@ def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:
         failed = [e.step_key for e in result.all_events if e.is_step_failure]
         return f"  {'joint':<12} FAILED in {', '.join(failed) or 'run'} ({seconds:.0f} s)"
     fit, published = _metadata(result, "joint_anchors"), _metadata(result, "joint_champion")
+    if not fit:
+        return (f"  {'joint':<12} skipped: up to date, or too few benchmarks (the run's log says which) "
+                f"({seconds:.1f} s)")
     if fit.get("proposed") is None:
         return f"  {'joint':<12} {fit.get('decision', '')} ({seconds:.1f} s)"
     return (f"  {'joint':<12} models {fit['models']:>5}  items {fit['items']:>5} ({fit['k_per_benchmark']} per "

@@ -228,7 +228,9 @@ def load_predictor(folder: str | Path) -> PredictorArtifact:
     """
     import sparseeval.methods  # noqa: F401  (registers every method so from_state can find it)
 
-    folder = Path(folder)
+    # a published path is a link that a publication swaps in one rename: resolve it once, so both
+    # files come from the same version even if the link moves while they are read
+    folder = Path(folder).resolve()
     meta_path, state_path = folder / META_FILE, folder / STATE_FILE
     if not meta_path.is_file() or not state_path.is_file():
         raise ArtifactError(folder, f"not a predictor folder (needs {META_FILE} and {STATE_FILE})")

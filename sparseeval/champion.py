@@ -70,6 +70,13 @@ def heldout_mae(matrix: ResponseMatrix, split: Split, est: AnchorEstimator) -> f
     return float(np.mean(np.abs(score_on_split(matrix, split, est) - matrix.scores[split.test])) * 100.0)
 
 
+def mean_guess_mae(scores: np.ndarray, split: Split) -> float:
+    """MAE in points of guessing every held-out model the training models' mean score: what a
+    predictor without skill achieves (the ``beats_mean_score`` publishing check's bar)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    return float(np.mean(np.abs(scores[split.train].mean() - scores[split.test])) * 100.0)
+
+
 def baseline_mae(matrix: ResponseMatrix, split: Split, k: int, seed: int, *, device: str = "auto") -> float:
     """``random-linear`` (random anchors + ridge) on the same split: the bar a predictor must clear."""
     return heldout_mae(matrix, split, fit_on_split(matrix, split, "random-linear", k, seed, device=device))

@@ -34,6 +34,8 @@ class ResponseMatrix:
     scores: np.ndarray  # float32 (n_models,)
     score_source: list[str] = field(default_factory=list)
     dropped_models: list[str] = field(default_factory=list)  #: no reported score and incomplete row
+    #: the store's data version of the state this matrix was built from ("" when not from a store)
+    data_version: str = ""
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -52,6 +52,9 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
             "ingest in ~4 GB instead of DuckDB's default 80 % of RAM"),
     Setting("SPARSEEVAL_COVERAGE_TOLERANCE", "0.1",
             "publishing check: held-out interval coverage within this of nominal (finite-sample slack)"),
+    Setting("SPARSEEVAL_SENSOR_INTERVAL", "30",
+            "seconds between two evaluations of each sensor by the Dagster daemon (new files, stale benchmarks, "
+            "joint predictor)"),
 )}
 
 DEFAULT_METHOD = SETTINGS["method"].default

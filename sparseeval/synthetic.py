@@ -25,6 +25,7 @@ seed gives identical frames and the generator stays fast at thousands of models.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass
 from datetime import datetime
@@ -262,6 +263,18 @@ def generate_leaderboard(*, n_families: int = 60, models_per_family: int = 10,
         pool_sizes={b: int(n) for b, n in benchmarks.items()},
         seed=seed,
     )
+
+
+def scrambled(lb: SyntheticLeaderboard, *, seed: int) -> SyntheticLeaderboard:
+    """The same models and items with answers and scores that are pure noise (each answer a fair coin,
+    each score uniform in [0.2, 0.8], independent of the answers): what a broken harness run looks like.
+    No anchor set can predict these scores, so a predictor fitted on them must fail the publishing
+    checks; the lifecycle simulation and the blocking-check test use it."""
+    rng = np.random.default_rng(seed)
+    responses = lb.responses.with_columns(
+        correct=pl.Series(rng.integers(0, 2, lb.responses.height), dtype=pl.Int8))
+    scores = lb.scores.with_columns(score=pl.Series(rng.uniform(0.2, 0.8, lb.scores.height)))
+    return dataclasses.replace(lb, responses=responses, scores=scores)
 
 
 def write_leaderboard(lb: SyntheticLeaderboard, folder: str | Path) -> dict[str, Path]:

@@ -563,9 +563,11 @@ def _version_description(benchmark: str, facts: Mapping[str, Any], alias: str) -
 
 def register_predictor(cfg: TrackingConfig, *, benchmark: str, predictor_dir: Path, run_id: str,
                        alias: str = CHAMPION, description: str | None = None,
-                       tags: Mapping[str, Any] | None = None, artifact_path: str = "model") -> str:
+                       tags: Mapping[str, Any] | None = None, artifact_path: str = "model",
+                       move_alias: bool = True) -> str:
     """Log ``predictor_dir`` as a pyfunc model under ``run_id`` and register it as a new version of
-    ``sparseeval-<benchmark>``; move ``alias`` to that version and return the version number.
+    ``sparseeval-<benchmark>``; move ``alias`` to that version (unless ``move_alias`` is false: the
+    publisher moves it as its own step) and return the version number.
 
     Only the files and a one-line model script are stored; loading the model needs sparseeval
     installed (declared in the model's requirements), which keeps the artifact small.
@@ -627,8 +629,51 @@ def register_predictor(cfg: TrackingConfig, *, benchmark: str, predictor_dir: Pa
     version = client.create_model_version(name, source=f"{run.info.artifact_uri}/{artifact_path}", run_id=run_id,
                                           tags=version_tags,
                                           description=description or _version_description(benchmark, facts, alias))
-    client.set_registered_model_alias(name, alias, version.version)
+    if move_alias:
+        client.set_registered_model_alias(name, alias, version.version)
     return str(version.version)
+
+
+def find_registered_version(cfg: TrackingConfig, *, benchmark: str, content_hash: str) -> str | None:
+    """The oldest registered version of ``benchmark``'s model whose predictor has ``content_hash``
+    (its version tag), or None: a publication retried after a crash reuses it instead of
+    registering the same predictor twice."""
+    client = cfg.client()
+    name = registered_model_name(benchmark)
+    try:
+        versions = client.search_model_versions(f"name = '{name}'")
+    except MlflowException as err:
+        if err.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
+    found = sorted(int(v.version) for v in versions if (v.tags or {}).get("content_hash") == content_hash)
+    return str(found[0]) if found else None
+
+
+def set_alias(cfg: TrackingConfig, *, benchmark: str, alias: str, version: str) -> None:
+    """Point ``alias`` of ``benchmark``'s registered model at ``version`` (idempotent)."""
+    cfg.client().set_registered_model_alias(registered_model_name(benchmark), alias, str(version))
+
+
+def alias_version(cfg: TrackingConfig, *, benchmark: str, alias: str) -> str | None:
+    """The version ``alias`` points to, or None when the model or the alias does not exist."""
+    try:
+        return str(cfg.client().get_model_version_by_alias(registered_model_name(benchmark), alias).version)
+    except MlflowException as err:
+        if err.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+            return None
+        raise
+
+
+def registered_versions(cfg: TrackingConfig, *, benchmark: str) -> list[str]:
+    """Every registered version of ``benchmark``'s model (the simulation counts them per day)."""
+    try:
+        versions = cfg.client().search_model_versions(f"name = '{registered_model_name(benchmark)}'")
+    except MlflowException as err:
+        if err.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return []
+        raise
+    return sorted((str(v.version) for v in versions), key=int)
 
 
 def download_predictor(cfg: TrackingConfig, *, benchmark: str, dst: Path, alias: str = CHAMPION) -> Path:

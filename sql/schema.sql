@@ -122,9 +122,11 @@ CREATE TABLE IF NOT EXISTS anchor_sets (
     content_hash   VARCHAR,              -- sha256 of (benchmark, method, k, seed, items, weights)
     mlflow_run_id  VARCHAR,
     artifact_uri   VARCHAR,              -- the predictor version folder fitted on these anchors
-    -- lifecycle: 'candidate' (fitted, not published), 'champion' (the published one; one per
-    -- benchmark), 'challenger' (re-selected, published for comparison, not used by default),
-    -- 'retired' (an earlier champion or challenger), 'rejected' (failed a publishing check)
+    -- lifecycle (sparseeval/lifecycle.py holds the table of allowed changes; every change is also
+    -- appended to role_changes): 'candidate' (fitted, checks not decided), 'proposed' (passed the
+    -- checks, publication pending in publications), 'champion' (published; one per benchmark),
+    -- 'challenger' (published under the alias challenger, for comparison only), 'retired' (was
+    -- published or proposed; replaced or abandoned), 'rejected' (failed a publishing check)
     role           VARCHAR DEFAULT 'candidate',
     origin         VARCHAR,              -- 'selected' (new anchors) or 'refit' (champion's anchors, refit)
     data_version   VARCHAR,              -- the benchmark's data version it was fitted on
@@ -133,6 +135,55 @@ CREATE TABLE IF NOT EXISTS anchor_sets (
     coverage       DOUBLE,               -- interval coverage on the held-out models
     registry_version VARCHAR,            -- MLflow registered model version
     published_at   TIMESTAMP
+);
+
+-- Added in place (stores of this layout from before keep working): why the set has its role, and
+-- the fit key (hash of data version and every setting that changes the fit) it was fitted under.
+ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS reason VARCHAR;
+ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS fit_key VARCHAR;
+-- the publishing checks' outcomes (JSON: name -> {passed, ...}), written with the decision
+ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS checks VARCHAR;
+
+-- Append-only: every role change of an anchor set, with its reason (the history of the lifecycle).
+CREATE TABLE IF NOT EXISTS role_changes (
+    anchor_set_id BIGINT NOT NULL,
+    benchmark     VARCHAR NOT NULL,
+    old_role      VARCHAR,               -- NULL when the set was created
+    new_role      VARCHAR NOT NULL,
+    reason        VARCHAR,
+    changed_at    TIMESTAMP NOT NULL
+);
+
+CREATE SEQUENCE IF NOT EXISTS publication_id_seq START 1;
+-- One row per publication of an anchor set under an MLflow alias (sparseeval/publishing.py, its only
+-- writer): the intent is written first, each step is recorded as it completes, so a publication cut
+-- short anywhere is resumed by the next one and converges (step: intent -> registered -> swapped ->
+-- done, or abandoned with a reason).
+CREATE TABLE IF NOT EXISTS publications (
+    publication_id   BIGINT PRIMARY KEY DEFAULT nextval('publication_id_seq'),
+    benchmark        VARCHAR NOT NULL,
+    anchor_set_id    BIGINT NOT NULL,
+    alias            VARCHAR NOT NULL,   -- 'champion' or 'challenger'
+    content_hash     VARCHAR NOT NULL,   -- the predictor's content hash (MLflow version tag, folder)
+    fit_key          VARCHAR,            -- the fit key of the refresh that proposed it
+    step             VARCHAR NOT NULL,
+    registry_version VARCHAR,
+    mlflow_run_id    VARCHAR,
+    reason           VARCHAR,
+    created_at       TIMESTAMP NOT NULL,
+    finished_at      TIMESTAMP
+);
+
+-- Append-only: what each refresh decided for a fit key (published, rejected, reproduced...). A fit
+-- key whose latest decision is here is up to date: a refresh with that key skips.
+CREATE TABLE IF NOT EXISTS fit_decisions (
+    benchmark     VARCHAR NOT NULL,
+    fit_key       VARCHAR NOT NULL,
+    data_version  VARCHAR,
+    outcome       VARCHAR NOT NULL,      -- 'published', 'rejected', 'unchanged'
+    anchor_set_id BIGINT,
+    reason        VARCHAR,
+    decided_at    TIMESTAMP NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS anchors (
@@ -163,6 +214,8 @@ CREATE TABLE IF NOT EXISTS evaluations (
     mlflow_run_id VARCHAR,
     data_version  VARCHAR               -- the benchmark's data version the comparison ran on
 );
+-- the comparison's key: data version and every comparison setting (a changed setting compares again)
+ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS run_key VARCHAR;
 
 CREATE TABLE IF NOT EXISTS predictions (
     model         VARCHAR NOT NULL,

@@ -29,7 +29,7 @@ ORDER BY n.benchmark, a.position;
 
 -- Every anchor set with its lifecycle and scores: champion / challenger history per benchmark.
 CREATE OR REPLACE VIEW anchor_set_history AS
-SELECT benchmark, anchor_set_id, role, origin, method, k, seed, data_version, n_train_models,
+SELECT benchmark, anchor_set_id, role, reason, origin, method, k, seed, data_version, n_train_models,
        test_mae, baseline_mae, coverage, registry_version, created_at, published_at
 FROM anchor_sets
 ORDER BY benchmark, created_at, anchor_set_id;
@@ -62,3 +62,17 @@ SELECT p.model, p.benchmark, p.anchor_set_id, p.predicted, p.lower, p.upper, p.o
             ELSE s.score BETWEEN p.lower AND p.upper END AS inside_interval
 FROM predictions p JOIN scores s ON s.model = p.model AND s.benchmark = p.benchmark
 ORDER BY p.benchmark, p.model;
+
+-- Every role change of every anchor set, oldest first (append-only): why a set became what it is.
+CREATE OR REPLACE VIEW role_history AS
+SELECT benchmark, anchor_set_id, old_role, new_role, reason, changed_at
+FROM role_changes
+ORDER BY changed_at, anchor_set_id;
+
+-- Every publication under an MLflow alias and how far it got (a step other than done / abandoned
+-- is resumed by the next publication of that benchmark).
+CREATE OR REPLACE VIEW publication_history AS
+SELECT publication_id, benchmark, anchor_set_id, alias, step, registry_version, content_hash, reason,
+       created_at, finished_at
+FROM publications
+ORDER BY publication_id;

@@ -1,9 +1,11 @@
 """End to end: real Dagster materializations into a temporary DuckDB file and MLflow store.
 
 Covers the refresh contract: ingest once per refresh; partitions discovered from the data;
-nothing recomputed or republished on unchanged data; champion anchors kept when new models arrive
-(predictor refit, calibration recomputed); a challenger replaces the champion only when clearly
-better; a failing publishing check leaves the champion in place; sensors request only what changed.
+nothing recomputed or republished on unchanged data (the fit step does not materialize, its checks
+are skipped); champion anchors kept when new models arrive (predictor refit, calibration
+recomputed); a challenger replaces the champion only when clearly better; a benchmark turned to
+noise fails the checks and leaves the champion in DuckDB, the registry alias and the published
+folder; sensors request only what changed, whoever wrote it to the store.
 """
 
 import json
@@ -20,12 +22,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
-from pipelines.automation import (
-    benchmarks_changed_sensor,
-    daily_refresh,
-    joint_after_refresh_sensor,
-    new_results_sensor,
-)
+from pipelines.automation import daily_refresh, joint_sensor, new_results_sensor, stale_benchmarks_sensor
+from pipelines.checks import publishing_checks
 from pipelines.definitions import defs
 from pipelines.io_managers import MatrixIOManager, load_matrix
 from pipelines.joint import joint_anchors, joint_champion
@@ -33,10 +31,14 @@ from pipelines.partitions import BENCHMARK_PARTITIONS, add_benchmarks
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from sparseeval.cli import main as cli_main
 from sparseeval.device import cpu_threads
-from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.publishing import audit
+from sparseeval.synthetic import generate_leaderboard, scrambled, write_leaderboard
 
 PARTITIONED = [response_matrix, candidate, champion, evaluation, predictions]
+#: what a refresh run materializes: the partitioned assets and their standalone checks
+REFRESH = [*PARTITIONED, *publishing_checks]
 K = 8
+PUBLISH = {"beats_random_linear": True, "beats_mean_score": True, "coverage_near_nominal": True, "anchors_valid": True}
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +61,7 @@ def _refresh(resources: dict, instance: dg.DagsterInstance, keys: list[str] | No
     assert ingest.success
     meta = _meta(ingest, "raw_results")
     add_benchmarks(instance, meta["benchmarks"])
-    runs = {key: dg.materialize(PARTITIONED, partition_key=key, resources=resources, instance=instance,
+    runs = {key: dg.materialize(REFRESH, partition_key=key, resources=resources, instance=instance,
                                 selection=PARTITIONED, raise_on_error=False)
             for key in (keys or meta["benchmarks"])}
     return {"ingest": ingest, "runs": runs, "meta": meta}
@@ -71,6 +73,23 @@ def _meta(result: dg.ExecuteInProcessResult, asset: str) -> dict:
         if mat.asset_key.to_user_string() == asset:
             return {k: v.value for k, v in mat.metadata.items()}
     raise AssertionError(f"no materialization of {asset}")
+
+
+def _materialized(result: dg.ExecuteInProcessResult) -> set[str]:
+    return {e.event_specific_data.materialization.asset_key.to_user_string()
+            for e in result.get_asset_materialization_events()}
+
+
+def _skipped_steps(result: dg.ExecuteInProcessResult) -> set[str]:
+    return {e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"}
+
+
+def _logs(result: dg.ExecuteInProcessResult, instance: dg.DagsterInstance) -> str:
+    return "\n".join(e.user_message for e in instance.all_logs(result.run_id))
+
+
+def _audit(resources: dict, root: Path, bench: str) -> list[str]:
+    return audit(resources["store"].store(), resources["tracking"].config(), root / "predictors", bench)
 
 
 def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
@@ -102,9 +121,9 @@ def test_first_refresh_publishes_a_champion_per_benchmark(pipeline: dict) -> Non
     assert sorted(pipeline["instance"].get_dynamic_partitions(BENCHMARK_PARTITIONS)) == ["arc", "gsm8k"]
     for result in first["runs"].values():
         assert result.success
-        assert _checks(result) == {"matrix_not_empty": True, "scores_within_unit_interval": True,
-                                   "beats_random_linear": True, "coverage_near_nominal": True, "anchors_valid": True}
-        assert "published anchor set" in _meta(result, "champion")["decision"]
+        assert _checks(result) == {"scores_within_unit_interval": True, **PUBLISH}
+        assert "published #" in _meta(result, "champion")["decision"]
+        assert _meta(result, "champion")["models_scored"] == 0  # every model has a reported score
     db = pipeline["db"]
     assert _count(db, "SELECT count(*) FROM ingests WHERE status = 'ok'") == 1  # ingested once, not per partition
     assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'champion'") == 2
@@ -112,6 +131,11 @@ def test_first_refresh_publishes_a_champion_per_benchmark(pipeline: dict) -> Non
     assert _count(db, "SELECT count(*) FROM latest_anchors") == 2 * K
     assert _count(db, "SELECT count(*) FROM latest_anchors WHERE benchmark = 'arc'") == K
     assert _count(db, "SELECT count(*) FROM evaluations WHERE benchmark = 'arc'") == 2 * 2  # 2 methods x 2 K
+    for bench in ("arc", "gsm8k"):  # DuckDB champion = registry alias = published folder
+        assert _audit(pipeline["resources"], pipeline["root"], bench) == []
+    # every role change went through the state table and is in the append-only history
+    assert _rows(db, "SELECT old_role, new_role FROM role_history WHERE benchmark = 'arc' ORDER BY changed_at") == [
+        (None, "candidate"), ("candidate", "proposed"), ("proposed", "champion")]
 
 
 def test_matrix_between_steps_is_npz_not_pickle(pipeline: dict) -> None:
@@ -132,7 +156,10 @@ def test_mlflow_registry_and_published_folder(pipeline: dict) -> None:
     assert candidates and all(c.data.params["threads"] == str(cpu_threads()) for c in candidates)
     folder = pipeline["root"] / "predictors" / "arc"
     meta = json.loads((folder / "predictor.json").read_text())
-    assert meta["k"] == K and (folder / "versions").is_dir()
+    # the published path is a link into the versions, which live outside it
+    assert meta["k"] == K and folder.is_symlink() and not (folder / "versions").exists()
+    assert folder.resolve().parent == (pipeline["root"] / "predictors" / ".versions" / "arc").resolve()
+    assert version.tags["content_hash"] == meta["content_hash"]
     assert not (Path.cwd() / "mlruns").exists()
 
 
@@ -145,9 +172,12 @@ def test_unchanged_refresh_recomputes_and_publishes_nothing(pipeline: dict) -> N
     assert again["meta"]["changed_benchmarks"] == []
     for result in again["runs"].values():
         assert result.success
-        assert _meta(result, "candidate")["decision"].startswith("skipped: data version")
-        assert _meta(result, "champion")["decision"].startswith("unchanged: champion")
-        assert _meta(result, "evaluation")["decision"].startswith("skipped")
+        # nothing refit: the fit step does not materialize, its checks and the publish step are skipped
+        assert _materialized(result) == {"response_matrix", "predictions"}
+        assert {"candidate_beats_random_linear", "candidate_anchors_valid", "champion"} <= _skipped_steps(result)
+        assert set(_checks(result)) == {"scores_within_unit_interval"}  # no publishing check reported as passed
+        assert "already decided" in _logs(result, pipeline["instance"])
+        assert "comparison skipped" in _logs(result, pipeline["instance"])
     after = (_count(db, "SELECT count(*) FROM anchor_sets"), _count(db, "SELECT count(*) FROM evaluations"),
              len(client.search_model_versions("name = 'sparseeval-arc'")))
     assert after == before
@@ -170,33 +200,33 @@ def test_sensors_request_only_what_changed(pipeline: dict, tmp_path: Path) -> No
         shutil.rmtree(pipeline["source"] / "new_models")
 
 
-def test_benchmarks_changed_sensor_adds_partitions_and_requests_changed(tmp_path: Path) -> None:
+def test_stale_sensor_follows_the_store_whoever_writes_it(tmp_path: Path) -> None:
+    """The refresh sensor asks the store: a first ingest requests every benchmark and adds partitions;
+    after the refreshes nothing; a CLI ingest into the same store (no Dagster run) requests exactly the
+    benchmarks it changed; a changed setting requests what it changes."""
     source = tmp_path / "src"
-    write_leaderboard(generate_leaderboard(n_families=3, models_per_family=3, benchmarks={"arc": 20, "gsm8k": 20},
+    write_leaderboard(generate_leaderboard(n_families=6, models_per_family=8, benchmarks={"arc": 30, "gsm8k": 30},
                                            seed=3), source / "first")
     resources = _resources(tmp_path, source)
     with dg.instance_for_test() as instance:
-        _sensor_flow(instance, resources, source)
-
-
-def _sensor_flow(instance: dg.DagsterInstance, resources: dict, source: Path) -> None:
-    assert dg.materialize([raw_results], resources=resources, instance=instance).success
-    tick = _tick(instance, None)
-    assert sorted(r.partition_key for r in tick.run_requests) == ["arc", "gsm8k"]
-    assert [list(r.partition_keys) for r in tick.dynamic_partitions_requests] == [["arc", "gsm8k"]]
-    instance.add_dynamic_partitions(BENCHMARK_PARTITIONS, ["arc", "gsm8k"])
-    # new models on arc and a new benchmark: exactly those two are refreshed, mmlu gets a partition
-    extra = generate_leaderboard(n_families=2, models_per_family=3, benchmarks={"arc": 20, "mmlu": 15}, seed=9)
-    write_leaderboard(_renamed(extra, "-new"), source / "second")
-    assert dg.materialize([raw_results], resources=resources, instance=instance).success
-    tick2 = _tick(instance, tick.cursor)
-    assert sorted(r.partition_key for r in tick2.run_requests) == ["arc", "mmlu"]
-    assert [list(r.partition_keys) for r in tick2.dynamic_partitions_requests] == [["mmlu"]]
-    instance.add_dynamic_partitions(BENCHMARK_PARTITIONS, ["mmlu"])  # what the daemon does with the request
-    # an ingest that changed nothing requests nothing
-    assert dg.materialize([raw_results], resources=resources, instance=instance).success
-    tick3 = _tick(instance, tick2.cursor)
-    assert not tick3.run_requests and "changed no benchmark" in (tick3.skip_message or "")
+        assert dg.materialize([raw_results], resources=resources, instance=instance).success
+        tick = _tick(instance, resources)
+        assert sorted(r.partition_key for r in tick.run_requests) == ["arc", "gsm8k"]
+        assert [list(r.partition_keys) for r in tick.dynamic_partitions_requests] == [["arc", "gsm8k"]]
+        instance.add_dynamic_partitions(BENCHMARK_PARTITIONS, ["arc", "gsm8k"])
+        _refresh(resources, instance)
+        assert not _tick(instance, resources).run_requests  # everything decided: nothing to do
+        # new arc models and a new benchmark, through the command line, straight into the store
+        extra = generate_leaderboard(n_families=2, models_per_family=3, benchmarks={"arc": 30, "mmlu": 15}, seed=9)
+        write_leaderboard(_renamed(extra, "-new"), tmp_path / "cli")
+        assert cli_main(["-q", "ingest", str(tmp_path / "cli"), "--db", str(tmp_path / "sparseeval.duckdb")]) == 0
+        tick2 = _tick(instance, resources)
+        assert sorted(r.partition_key for r in tick2.run_requests) == ["arc", "mmlu"]
+        assert [list(r.partition_keys) for r in tick2.dynamic_partitions_requests] == [["mmlu"]]
+        assert _tick(instance, resources).run_requests[0].run_key == tick2.run_requests[0].run_key  # same state
+        # a changed setting that changes the fit: every benchmark is stale
+        changed = {**resources, "settings": SettingsResource(**{**resources["settings"].model_dump(), "alpha": 0.2})}
+        assert sorted(r.partition_key for r in _tick(instance, changed).run_requests) == ["arc", "gsm8k", "mmlu"]
 
 
 def test_new_models_keep_champion_anchors_and_refit(pipeline: dict, tmp_path: Path) -> None:
@@ -238,10 +268,9 @@ def test_new_models_keep_champion_anchors_and_refit(pipeline: dict, tmp_path: Pa
 
 
 def test_a_failing_check_leaves_the_champion_in_place(tmp_path: Path) -> None:
-    """A benchmark whose answers become pure noise cannot beat random-linear's bar reliably; when a
-    check fails the proposed predictor is rejected, nothing is published, the UI says why."""
-    import numpy as np
-
+    """A corrected re-run that turns a benchmark into pure noise (answers unrelated to the scores) fails
+    the publishing checks under the default settings: the new sets are rejected, and the champion stays
+    in DuckDB, under the registry alias and in the published folder; the UI says why."""
     root, source = tmp_path / "store", tmp_path / "src"
     lb = generate_leaderboard(n_families=12, models_per_family=8, benchmarks={"arc": 60}, seed=7)
     write_leaderboard(lb, source / "lb")
@@ -250,21 +279,23 @@ def test_a_failing_check_leaves_the_champion_in_place(tmp_path: Path) -> None:
     _refresh(resources, instance)
     db = root / "sparseeval.duckdb"
     champion_before = _count(db, "SELECT anchor_set_id FROM anchor_sets WHERE role = 'champion'")
-    rng = np.random.default_rng(0)
-    noise = generate_leaderboard(n_families=12, models_per_family=8, benchmarks={"arc": 60}, seed=8)
-    scores = noise.scores.with_columns(score=pl.Series(rng.random(noise.scores.height)))  # unrelated to answers
-    (source / "noise").mkdir()
-    noise.responses.with_columns(model=pl.col("model") + "-x").write_parquet(source / "noise" / "responses.parquet")
-    scores.with_columns(model=pl.col("model") + "-x").write_parquet(source / "noise" / "scores.parquet")
-    strict = _resources(root, source, coverage_tolerance=0.0)  # nominal coverage exactly: fails on noise
-    result = _refresh(strict, instance)["runs"]["arc"]
+    client = MlflowClient(resources["tracking"].config().resolved_tracking_uri)
+    alias_before = client.get_model_version_by_alias("sparseeval-arc", "champion").version
+    served_before = json.loads((root / "predictors" / "arc" / "predictor.json").read_text())["content_hash"]
+    write_leaderboard(scrambled(lb, seed=0), source / "lb")  # a corrected re-run of the same file: pure noise
+    result = _refresh(resources, instance)["runs"]["arc"]
     checks = _checks(result)
-    assert not all(checks[c] for c in ("beats_random_linear", "coverage_near_nominal"))
+    assert checks["beats_mean_score"] is False, checks
     assert "NOT published" in _meta(result, "candidate")["decision"]
-    assert not any(e.asset_key and e.asset_key.to_user_string() == "champion"
-                   for e in result.get_asset_materialization_events())  # blocked downstream
+    assert "champion" not in _materialized(result)  # blocked downstream
     assert _count(db, "SELECT anchor_set_id FROM anchor_sets WHERE role = 'champion'") == champion_before
     assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'rejected'") >= 1
+    assert client.get_model_version_by_alias("sparseeval-arc", "champion").version == alias_before
+    assert json.loads((root / "predictors" / "arc" / "predictor.json").read_text())["content_hash"] == served_before
+    assert _audit(resources, root, "arc") == []
+    assert len(client.search_model_versions("name = 'sparseeval-arc'")) == 1  # nothing registered
+    assert _count(db, "SELECT count(*) FROM publications WHERE step NOT IN ('done', 'abandoned')") == 0
+    assert _count(db, "SELECT count(*) FROM fit_decisions WHERE outcome = 'rejected'") == 1
 
 
 def test_refused_files_fail_the_check_and_are_named(tmp_path: Path) -> None:
@@ -289,12 +320,12 @@ def test_two_partitions_launched_together_both_succeed(pipeline: dict, tmp_path:
     script = tmp_path / "run_one.py"
     script.write_text(
         "import sys, dagster as dg\n"
-        "from tests.test_pipeline import PARTITIONED, _resources\n"
+        "from tests.test_pipeline import PARTITIONED, REFRESH, _resources\n"
         "from pathlib import Path\n"
         "root, source, key = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]\n"
         "instance = dg.DagsterInstance.ephemeral()\n"
         "instance.add_dynamic_partitions('benchmark', [key])\n"
-        "res = dg.materialize(PARTITIONED, partition_key=key, resources=_resources(root, source),\n"
+        "res = dg.materialize(REFRESH, partition_key=key, resources=_resources(root, source),\n"
         "                     instance=instance, selection=PARTITIONED)\n"
         "sys.exit(0 if res.success else 1)\n")
     root = tmp_path / "store"
@@ -308,6 +339,8 @@ def test_two_partitions_launched_together_both_succeed(pipeline: dict, tmp_path:
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     assert _count(root / "sparseeval.duckdb", "SELECT count(*) FROM anchor_sets WHERE role = 'champion'") == 2
+    resources = _resources(root, pipeline["source"])
+    assert _audit(resources, root, "arc") == _audit(resources, root, "gsm8k") == []
 
 
 def test_predictions_asset_scores_models_with_only_anchor_answers(pipeline: dict) -> None:
@@ -326,7 +359,12 @@ def test_predictions_asset_scores_models_with_only_anchor_answers(pipeline: dict
     with duckdb.connect(str(pipeline["db"].with_name("sparseeval.snapshot.duckdb")), read_only=True) as con:
         rows = con.execute("SELECT model, predicted, lower, upper, n_anchors FROM predictions").fetchall()
         assert con.execute("SELECT count(*) FROM predictions_vs_truth").fetchone()[0] == 0  # no true score
-    assert [r[0] for r in rows] == ["newcomer/just-anchors"]
+    assert {r[0] for r in rows} == {"newcomer/just-anchors"}
+    current = _count(pipeline["db"], "SELECT anchor_set_id FROM anchor_sets WHERE benchmark = 'arc' "
+                                     "AND role = 'champion'")
+    rows = _rows(pipeline["db"], f"SELECT model, predicted, lower, upper, n_anchors FROM predictions "
+                                 f"WHERE anchor_set_id = {current}")  # scored by the champion now published
+    assert len(rows) == 1
     _, predicted, lower, upper, n_anchors = rows[0]
     assert 0 <= lower <= predicted <= upper <= 1 and n_anchors == K
 
@@ -342,11 +380,11 @@ def test_definitions_schedule_and_jobs() -> None:
         assert spec.owners and spec.description and spec.tags
 
 
-def _tick(instance: dg.DagsterInstance, cursor: str | None):
-    """One evaluation of the asset sensor, as the daemon runs it (with the instance's partitions)."""
-    return benchmarks_changed_sensor.evaluate_tick(
-        dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), cursor=cursor,
-                                definitions=defs))
+def _tick(instance: dg.DagsterInstance, resources: dict):
+    """One evaluation of the refresh sensor, as the daemon runs it (with the instance's partitions)."""
+    return stale_benchmarks_sensor.evaluate_tick(
+        dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), definitions=defs,
+                                resources={"store": resources["store"], "settings": resources["settings"]}))
 
 
 def _renamed(lb, suffix: str):
@@ -383,8 +421,8 @@ def joint(tmp_path_factory: pytest.TempPathFactory) -> dict:
     resources = _resources(root, source)
     instance = dg.DagsterInstance.ephemeral()
     refresh = _refresh(resources, instance)
-    first = dg.materialize([response_matrix, *JOINT], resources=resources, instance=instance, selection=JOINT,
-                           raise_on_error=False)
+    first = dg.materialize([response_matrix, *JOINT, *publishing_checks], resources=resources, instance=instance,
+                           selection=JOINT, raise_on_error=False)
     return {"root": root, "source": source, "lb": lb, "resources": resources, "instance": instance,
             "refresh": refresh, "first": first, "db": root / "sparseeval.duckdb"}
 
@@ -392,10 +430,11 @@ def joint(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_joint_asset_fits_checks_and_publishes(joint: dict) -> None:
     first, db = joint["first"], joint["db"]
     assert first.success
-    assert _checks(first) == {"beats_random_linear": True, "coverage_near_nominal": True, "anchors_valid": True}
+    assert _checks(first) == PUBLISH
     fit = _meta(first, "joint_anchors")
     assert fit["benchmarks"] == ["arc", "gsm8k", "mmlu"] and fit["k_per_benchmark"] == K and fit["items"] == 3 * K
-    assert "published anchor set" in _meta(first, "joint_champion")["decision"]
+    assert "published #" in _meta(first, "joint_champion")["decision"]
+    assert _audit(joint["resources"], joint["root"], "sparseeval-joint") == []
     # one anchor set, champion, its anchors each under its own benchmark
     assert _count(db, "SELECT count(*) FROM anchor_sets WHERE benchmark = 'sparseeval-joint'") == 1
     with duckdb.connect(str(db.with_name("sparseeval.snapshot.duckdb")), read_only=True) as con:
@@ -446,29 +485,32 @@ def test_predict_on_the_published_joint_predictor(joint: dict, tmp_path: Path) -
 
 
 def test_joint_unchanged_skips_and_waits_for_refreshes(joint: dict) -> None:
-    again = dg.materialize([response_matrix, *JOINT], resources=joint["resources"], instance=joint["instance"],
-                           selection=JOINT)
-    assert again.success and "unchanged" in _meta(again, "joint_anchors")["decision"]
+    again = dg.materialize([response_matrix, *JOINT, *publishing_checks], resources=joint["resources"],
+                           instance=joint["instance"], selection=JOINT)
+    assert again.success and not _materialized(again)  # its fit key is decided: nothing refit or published
+    assert "already decided" in _logs(again, joint["instance"])
     assert _count(joint["db"], "SELECT count(*) FROM anchor_sets WHERE benchmark = 'sparseeval-joint'") == 1
-    assert "unchanged" in _meta(again, "joint_champion")["decision"]
-    # the sensor requests one joint run after a refresh succeeds, none while another refresh is running
-    run = joint["refresh"]["runs"]["arc"]
-    context = dg.build_run_status_sensor_context(
-        sensor_name="joint_after_refresh_sensor", dagster_instance=joint["instance"], dagster_run=run.dagster_run,
-        dagster_event=run.get_run_success_event())
-    request = joint_after_refresh_sensor(context)
-    assert isinstance(request, dg.RunRequest) and request.run_key == f"joint-after-{run.run_id}"
-    joint["instance"].create_run_for_job(defs.resolve_job_def("refresh"), run_config={}, tags={},
-                                         status=dg.DagsterRunStatus.STARTED)
-    assert isinstance(joint_after_refresh_sensor(context), dg.SkipReason)
+    # the sensor: nothing while the joint predictor is up to date, nothing while a refresh runs,
+    # one request when a benchmark changed and its refresh is over (succeeded or failed)
+    resources = {"store": joint["resources"]["store"], "settings": joint["resources"]["settings"]}
+    context = dg.build_sensor_context(instance=joint["instance"], resources=resources, definitions=defs)
+    assert "up to date" in joint_sensor(context).skip_message
+    settings = {**resources, "settings": SettingsResource(**{**resources["settings"].model_dump(), "seed": 5})}
+    request = joint_sensor(dg.build_sensor_context(instance=joint["instance"], resources=settings, definitions=defs))
+    assert isinstance(request, dg.SkipReason) and "waiting for the refresh" in request.skip_message
+    run = joint["instance"].create_run_for_job(defs.resolve_job_def("refresh"), run_config={}, tags={},
+                                               status=dg.DagsterRunStatus.STARTED)
+    assert "still in progress" in joint_sensor(context).skip_message
+    joint["instance"].report_run_failed(run)
 
 
 def test_joint_needs_two_benchmarks_and_enough_shared_models(joint: dict, tmp_path: Path) -> None:
     resources = {**joint["resources"], "settings": SettingsResource(
         k=K, method="sparseeval-linear", joint_benchmarks="arc", predictor_dir=str(tmp_path))}
-    result = dg.materialize([response_matrix, *JOINT], resources=resources, instance=joint["instance"],
-                            selection=JOINT)
-    assert "needs two benchmarks" in _meta(result, "joint_anchors")["decision"]
+    result = dg.materialize([response_matrix, *JOINT, *publishing_checks], resources=resources,
+                            instance=joint["instance"], selection=JOINT)
+    assert not _materialized(result) and "needs two benchmarks" in _logs(result, joint["instance"])
     resources["settings"] = SettingsResource(k=K, joint_benchmarks="arc,hellaswag", predictor_dir=str(tmp_path))
     with pytest.raises(Exception, match="joint benchmarks not in the data: hellaswag"):
-        dg.materialize([response_matrix, *JOINT], resources=resources, instance=joint["instance"], selection=JOINT)
+        dg.materialize([response_matrix, *JOINT, *publishing_checks], resources=resources, instance=joint["instance"],
+                       selection=JOINT)

@@ -20,6 +20,7 @@ from sparseeval.commands.predict import USER_ERRORS
 from sparseeval.errors import UsageError
 from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.progress import progress_bar
+from sparseeval.publishing import is_managed
 from sparseeval.readers.base import InputError
 from sparseeval.scoring import fit_joint_predictor, fit_predictor
 from sparseeval.sources import open_data
@@ -33,6 +34,12 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--method {JOINT_METHOD} takes two benchmarks or more (--benchmark arc,mmlu); "
                              "every other method one")
         bench = JOINT_METHOD if joint else benches[0]
+        out = args.out or (args.registry or settings.predictor_dir()) / bench
+        if is_managed(out):  # before the fit: refusing after minutes of work would waste them
+            raise UsageError(f"--out {out}: this folder is published by the pipeline (the champion that "
+                             f"'predict --benchmark {bench}' and its registry versions serve); writing over it "
+                             f"would bypass the publishing checks. Give another folder with --out (e.g. "
+                             f"--out {out.parent / (out.name + '-manual')}), or let the pipeline publish")
         with progress_bar("fit", total=3, unit="phase") as tick, open_data(args.data) as data:
             tick(f"read {args.data}")
             t0 = time.perf_counter()
@@ -52,7 +59,6 @@ def run(args: argparse.Namespace) -> int:
                                          alpha=args.alpha, models=data.models(),
                                          row_mean_is_score=args.row_mean_is_score, settings=data.settings(bench))
             tick(f"selected and calibrated {artifact.k} anchors")
-            out = args.out or (args.registry or settings.predictor_dir()) / bench
             saved = artifact.save(out)
             tick(f"saved {out}")
     except USER_ERRORS as exc:
@@ -61,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
     c = saved.calibration
     print(f"{bench}: {saved.method} with {saved.k} anchors fitted on {saved.train_models['count']} models "
           f"in {time.perf_counter() - t0:.1f}s; calibrated on {c['n_calibration']} held-out models:")
-    for name, out in (c["outputs"] if saved.is_joint else {bench: c}).items():
-        print(f"  {name}: MAE {out['calibration_mae_points']:.2f} points, {100 * (1 - c['alpha']):g}% interval "
-              f"mean half-width {out['mean_halfwidth_points']:.2f} points ({out['mode']} scale)")
+    for name, cal in (c["outputs"] if saved.is_joint else {bench: c}).items():
+        print(f"  {name}: MAE {cal['calibration_mae_points']:.2f} points, {100 * (1 - c['alpha']):g}% interval "
+              f"mean half-width {cal['mean_halfwidth_points']:.2f} points ({cal['mode']} scale)")
     print(f"saved {out} ({saved.content_hash})")
     return 0
 

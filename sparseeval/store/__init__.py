@@ -4,7 +4,7 @@ One concern per module: :mod:`.connection` (write transactions, the read-only sn
 :mod:`.pinning` (read exactly the named bytes, once), :mod:`.bulk` (large long parquet checked and
 read by DuckDB), :mod:`.ingest` (units -> runs -> rows, supersede / merge / conflict rules),
 :mod:`.reading` (frames for the matrix, counts), :mod:`.results` (anchor sets, evaluations,
-predictions).
+predictions), :mod:`.publications` (fit decisions and publication steps).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sparseeval.store.connection import (
     default_db_path,
 )
 from sparseeval.store.ingest import FileReport, Ingesting, IngestReport, default_reader
+from sparseeval.store.publications import PublicationRecords
 from sparseeval.store.reading import TABLES, Reading
 from sparseeval.store.results import ResultWriters
 
@@ -27,5 +28,5 @@ __all__ = ["TABLES", "FileReport", "IngestReport", "PublishInterrupted", "Store"
            "StoreLayoutError", "StoreLockedError", "StorePathError", "bulk_long", "default_db_path", "default_reader"]
 
 
-class Store(Ingesting, Reading, ResultWriters):
+class Store(Ingesting, Reading, ResultWriters, PublicationRecords):
     """A DuckDB file holding results (with their run history), anchors, evaluations and predictions."""

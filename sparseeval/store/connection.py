@@ -320,6 +320,8 @@ class Connections:
         self._warned: set[str] = set()
         self._deferring = False
         self._deferred = False
+        #: the one read connection of a :meth:`pinned` block (every read in it sees the same state)
+        self._pinned: duckdb.DuckDBPyConnection | None = None
         #: snapshots this object published and the seconds they took (what a batch saves: bench/ingest.py)
         self.publish_count = 0
         self.publish_seconds = 0.0
@@ -662,6 +664,8 @@ class Connections:
         when the write lock is free at once; otherwise the reader gets the older snapshot and a
         warning. A damaged snapshot, or one someone holds read-write, is republished too.
         """
+        if self._pinned is not None:
+            return self._pinned.cursor()  # closing a cursor leaves the pinned connection open
         if not self.snapshot:
             return self._connect_ro(self.path)
         if self._deferring and self.path.exists():
@@ -682,6 +686,23 @@ class Connections:
                                     f"Readers see the state of the last publish; the next write republishes "
                                     f"it, or run `sparseeval doctor --db {self.path} --repair`")
         return self._open_snapshot()
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Every read inside the block sees one state of the store: one read connection is opened
+        and all reads (queries, lazy scans collected inside the block) go through it. A snapshot
+        published meanwhile replaces the file by rename, so the open connection keeps reading the
+        state it opened. This is how a matrix and its data version come from the same state."""
+        if self._pinned is not None:
+            yield
+            return
+        con = self.open_readonly()
+        self._pinned = con
+        try:
+            yield
+        finally:
+            self._pinned = None
+            con.close()
 
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -104,6 +105,24 @@ class Reading(Connections):
             "SELECT count(*) AS n, coalesce(bit_xor(hash(run_id, kind, n_rows, score)), 0) AS h "
             "FROM current_runs WHERE benchmark = $b", {"b": benchmark}).row(0, named=True)
         return f"{row['n']}-{int(row['h']):016x}"
+
+    def data_versions(self) -> dict[str, str]:
+        """:meth:`data_version` of every benchmark, in one query (what the refresh sensor compares)."""
+        frame = self.query(
+            "SELECT benchmark, count(*) AS n, coalesce(bit_xor(hash(run_id, kind, n_rows, score)), 0) AS h "
+            "FROM current_runs GROUP BY benchmark ORDER BY benchmark")
+        return {r["benchmark"]: f"{r['n']}-{int(r['h']):016x}" for r in frame.iter_rows(named=True)}
+
+    def read_benchmark(self, benchmark: str) -> Any:
+        """``benchmark``'s :class:`~sparseeval.matrix.ResponseMatrix` with its ``data_version``, both read
+        in one state of the store (:meth:`pinned`): an ingest landing meanwhile can never label a
+        matrix of old data with the new version."""
+        from sparseeval.matrix import build_matrix
+
+        with self.pinned():
+            version = self.data_version(benchmark)
+            matrix = build_matrix(*self.load_long(benchmark, lazy=True), benchmark)
+        return dataclasses.replace(matrix, data_version=version)
 
     def anchor_answers_without_score(self, benchmark: str, items: list[str]) -> pl.DataFrame:
         """Current answers to ``items`` of models that have no reported score for ``benchmark``:

@@ -9,17 +9,38 @@ from typing import Any
 
 import polars as pl
 
+from sparseeval.lifecycle import TERMINAL, check_transition
 from sparseeval.store.connection import Connections, _now, _run, _transaction
 
 #: lifecycle fields of ``anchor_sets`` that :meth:`ResultWriters.update_anchor_set` may change
-ANCHOR_SET_FIELDS = ("role", "origin", "data_version", "test_mae", "baseline_mae", "coverage", "registry_version",
-                     "published_at", "mlflow_run_id", "artifact_uri", "n_train_models")
+ANCHOR_SET_FIELDS = ("role", "reason", "origin", "data_version", "test_mae", "baseline_mae", "coverage",
+                     "registry_version", "published_at", "mlflow_run_id", "artifact_uri", "n_train_models",
+                     "fit_key", "checks")
+
+
+def set_role(con: Any, anchor_set_id: int, role: str, reason: str | None = None) -> str:
+    """Change one anchor set's role inside the caller's transaction, as the state table allows
+    (:func:`sparseeval.lifecycle.check_transition`), and append the change to ``role_changes``.
+    Returns the old role; the same role again changes nothing and appends nothing."""
+    found = _run(con, "SELECT role, benchmark FROM anchor_sets WHERE anchor_set_id = ?", [anchor_set_id])
+    if not found:
+        raise KeyError(f"no anchor set {anchor_set_id}")
+    old, benchmark = found[0]
+    check_transition(anchor_set_id, old, role)
+    if old != role:
+        _run(con, "UPDATE anchor_sets SET role = ?, reason = ? WHERE anchor_set_id = ?", [role, reason, anchor_set_id])
+        _run(con, "INSERT INTO role_changes VALUES (?, ?, ?, ?, ?, ?)",
+             [anchor_set_id, benchmark, old, role, reason, _now()])
+    return str(old)
 
 
 def _update(con: Any, anchor_set_id: int, fields: Mapping[str, Any]) -> None:
     unknown = sorted(set(fields) - set(ANCHOR_SET_FIELDS))
     if unknown:
         raise ValueError(f"unknown anchor set field(s): {', '.join(unknown)}")
+    fields = dict(fields)
+    if "role" in fields:
+        set_role(con, anchor_set_id, fields.pop("role"), fields.pop("reason", None))
     if fields:
         sets = ", ".join(f"{name} = ?" for name in fields)
         _run(con, f"UPDATE anchor_sets SET {sets} WHERE anchor_set_id = ?", [*fields.values(), anchor_set_id])
@@ -54,9 +75,12 @@ class ResultWriters(Connections):
                    **{f: fields[f] for f in ("data_version", "origin") if fields.get(f) is not None}}
         content_hash = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
         params_json = json.dumps(dict(params or {}), sort_keys=True, default=str)
+        terminal = list(TERMINAL)
         with self._write() as con, _transaction(con):
-            found = _run(con, "SELECT anchor_set_id FROM anchor_sets WHERE content_hash = ?",
-                                [content_hash])
+            # a set that reached a terminal role is history: the same fit again starts a new lifecycle
+            found = _run(con, "SELECT anchor_set_id FROM anchor_sets WHERE content_hash = ? "
+                              "AND role NOT IN (SELECT unnest(?::VARCHAR[])) ORDER BY anchor_set_id DESC LIMIT 1",
+                         [content_hash, terminal])
             if found:
                 anchor_set_id = int(found[0][0])
                 _run(con, "UPDATE anchor_sets SET mlflow_run_id = coalesce(?, mlflow_run_id), "
@@ -71,6 +95,8 @@ class ResultWriters(Connections):
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING anchor_set_id",
                     [benchmark, method, int(k), seed, _now(), n_train_models, params_json, content_hash,
                      mlflow_run_id, artifact_uri])[0][0])
+                _run(con, "INSERT INTO role_changes VALUES (?, ?, NULL, 'candidate', 'fitted', ?)",
+                     [anchor_set_id, benchmark, _now()])
                 _update(con, anchor_set_id, fields)
                 con.executemany(
                     "INSERT INTO anchors VALUES (?, ?, ?, ?, ?)",
@@ -85,17 +111,17 @@ class ResultWriters(Connections):
             _update(con, anchor_set_id, fields)
 
     def publish_champion(self, benchmark: str, anchor_set_id: int, **fields: Any) -> int | None:
-        """Make ``anchor_set_id`` the champion of ``benchmark`` in one transaction: the previous
-        champion (returned) is retired. Publishing the current champion again changes nothing."""
+        """Make the proposed ``anchor_set_id`` the champion of ``benchmark`` in one transaction: the
+        previous champion (returned) is retired. Publishing the current champion again changes nothing.
+        (The pipeline publishes through :mod:`sparseeval.publishing`, which also moves the registry
+        alias and the published folder; this is its DuckDB half.)"""
         with self._write() as con, _transaction(con):
-            old = _run(con, "SELECT anchor_set_id FROM anchor_sets WHERE benchmark = ? AND role = 'champion'",
-                       [benchmark])
-            previous = int(old[0][0]) if old else None
-            if previous != anchor_set_id:
-                _run(con, "UPDATE anchor_sets SET role = 'retired' WHERE benchmark = ? AND role = 'champion'",
-                     [benchmark])
-            _update(con, anchor_set_id, {"role": "champion", "published_at": _now(), **fields})
-        return previous
+            return promote(con, benchmark, anchor_set_id, "champion", **fields)
+
+    def propose(self, anchor_set_id: int, reason: str) -> None:
+        """A candidate that passed the publishing checks (the pipeline records the publication intent
+        with it: :meth:`~sparseeval.store.publications.PublicationRecords.record_proposal`)."""
+        self.update_anchor_set(anchor_set_id, role="proposed", reason=reason)
 
     def anchor_set(self, anchor_set_id: int) -> dict[str, Any]:
         """One anchor set's row with its items in order (``items``) and each item's benchmark
@@ -131,15 +157,17 @@ class ResultWriters(Connections):
         rows = self.query(f"SELECT anchor_set_id FROM anchor_sets WHERE {' AND '.join(where)} ORDER BY 1", params)
         return [int(i) for i in rows.get_column("anchor_set_id").to_list()]
 
-    def evaluation_count(self, benchmark: str, data_version: str) -> int:
-        """Comparison rows already stored for ``benchmark`` on ``data_version``."""
-        return int(self.query("SELECT count(*) FROM evaluations WHERE benchmark = $b AND data_version = $v",
-                              {"b": benchmark, "v": data_version}).item())
+    def evaluation_count(self, benchmark: str, data_version: str | None = None, *, run_key: str | None = None) -> int:
+        """Comparison rows already stored for ``benchmark`` on ``data_version``, or under the comparison
+        key ``run_key`` (data version and every comparison setting)."""
+        column, value = ("run_key", run_key) if run_key is not None else ("data_version", data_version)
+        return int(self.query(f"SELECT count(*) FROM evaluations WHERE benchmark = $b AND {column} = $v",
+                              {"b": benchmark, "v": value}).item())
 
     def save_evaluations(self, rows: Iterable[Mapping[str, Any]] | pl.DataFrame) -> int:
         """Store evaluation rows; a rerun of (benchmark, method, k, seed, split_policy) replaces it."""
         cols = ("benchmark", "method", "k", "seed", "split_policy", "mae", "tau", "rho", "max_error",
-                "seconds", "n_train", "n_val", "n_test", "mlflow_run_id", "data_version")
+                "seconds", "n_train", "n_val", "n_test", "mlflow_run_id", "data_version", "run_key")
         records = rows.to_dicts() if isinstance(rows, pl.DataFrame) else [dict(r) for r in rows]
         unknown = sorted({c for r in records for c in r} - set(cols) - {"created_at"})
         if unknown:
@@ -168,3 +196,15 @@ class ResultWriters(Connections):
                 con.executemany(f"INSERT OR REPLACE INTO predictions ({', '.join(cols)}, created_at) "
                                 f"VALUES ({', '.join('?' * (len(cols) + 1))})", values)
         return len(values)
+
+
+def promote(con: Any, benchmark: str, anchor_set_id: int, role: str, **fields: Any) -> int | None:
+    """Inside the caller's transaction: ``anchor_set_id`` becomes ``role`` (champion or challenger) of
+    ``benchmark``; the set holding that role before is retired (its id is returned)."""
+    old = _run(con, "SELECT anchor_set_id FROM anchor_sets WHERE benchmark = ? AND role = ?", [benchmark, role])
+    previous = int(old[0][0]) if old else None
+    for (other,) in old:
+        if int(other) != anchor_set_id:
+            set_role(con, int(other), "retired", f"replaced as {role} by anchor set #{anchor_set_id}")
+    _update(con, anchor_set_id, {"role": role, "reason": f"published as {role}", "published_at": _now(), **fields})
+    return previous
