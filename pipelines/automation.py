@@ -31,7 +31,7 @@ from pipelines.joint import joint_anchors, joint_champion
 from pipelines.partitions import BENCHMARK_PARTITIONS, benchmark_partitions
 from pipelines.resources import SettingsResource, SourceResource, StoreResource
 from sparseeval import settings as defaults
-from sparseeval.benchmarks import joint_benchmarks
+from sparseeval.benchmarks import BenchmarkNameError, joint_benchmarks
 from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.readers.detect import discover
 from sparseeval.refresh import fit_key, joint_data_version, stale_benchmarks
@@ -147,7 +147,10 @@ def joint_sensor(context: dg.SensorEvaluationContext, store: StoreResource, sett
         return dg.SkipReason("refresh runs still in progress: the joint predictor waits for the last one")
     db = store.store()
     versions = db.data_versions()
-    chosen = joint_benchmarks(settings.joint_benchmarks, sorted(versions))
+    try:
+        chosen = joint_benchmarks(settings.joint_benchmarks, sorted(versions))
+    except BenchmarkNameError as exc:  # listed benchmarks the store does not hold (yet)
+        return dg.SkipReason(f"the joint predictor cannot run: {exc}")
     if len(chosen) < 2:
         return dg.SkipReason(f"a joint predictor needs two benchmarks or more, have {', '.join(chosen) or 'none'}")
     stale = stale_benchmarks(db, settings.fit_settings(), settings.comparison_settings())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import dagster as dg
 
 from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
@@ -18,14 +20,21 @@ from pipelines.checks import publishing_checks
 from pipelines.joint import joint_anchors, joint_champion
 from pipelines.resources import default_resources
 
-defs = dg.Definitions(
-    assets=[raw_results, response_matrix, candidate, champion, evaluation, predictions, joint_anchors,
-            joint_champion],
-    asset_checks=publishing_checks,
-    jobs=[ingest_job, refresh_job, joint_job],
-    schedules=[daily_refresh],
-    sensors=[new_results_sensor, stale_benchmarks_sensor, joint_sensor],
-    resources=default_resources(),
-    # one process per run: torch is imported once; runs themselves are queued (see dagster.yaml)
-    executor=dg.in_process_executor,
-)
+
+def build_definitions(resources: dict[str, Any] | None = None) -> dg.Definitions:
+    """The pipeline's definitions with ``resources`` (default: from :mod:`sparseeval.settings`); the
+    lifecycle simulation builds its own with the settings of the simulated day."""
+    return dg.Definitions(
+        assets=[raw_results, response_matrix, candidate, champion, evaluation, predictions, joint_anchors,
+                joint_champion],
+        asset_checks=publishing_checks,
+        jobs=[ingest_job, refresh_job, joint_job],
+        schedules=[daily_refresh],
+        sensors=[new_results_sensor, stale_benchmarks_sensor, joint_sensor],
+        resources=resources if resources is not None else default_resources(),
+        # one process per run: torch is imported once; runs themselves are queued (see dagster.yaml)
+        executor=dg.in_process_executor,
+    )
+
+
+defs = build_definitions()

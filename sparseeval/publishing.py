@@ -103,7 +103,7 @@ def published_hash(predictor_dir: Path, benchmark: str) -> str | None:
         return None
 
 
-def _adopt_plain_folder(target: Path, store: Any, benchmark: str) -> None:
+def _adopt_plain_folder(target: Path, store: Any, benchmark: str) -> dict[str, str]:
     """A published path that is a real folder (an older layout, or ``sparseeval fit``'s output) is
     moved into the versions area, with its old ``versions/`` children, before the first swap; the
     ``artifact_uri`` values pointing into it are rewritten to the new places."""
@@ -119,23 +119,27 @@ def _adopt_plain_folder(target: Path, store: Any, benchmark: str) -> None:
                     os.replace(child, dest)
                 moved[str(child.resolve() if child.exists() else child)] = str(dest.resolve())
         shutil.rmtree(legacy, ignore_errors=True)
-    aside = root / f"displaced-{uuid.uuid4().hex[:8]}"
-    os.replace(target, aside)
-    if (aside / META_FILE).is_file():
+    if (target / META_FILE).is_file():  # a predictor written there directly (sparseeval fit, older layouts)
+        aside = root / f"displaced-{uuid.uuid4().hex[:8]}"
         moved[str(target.resolve())] = str(aside.resolve())
-    if moved:
+        os.replace(target, aside)
+    else:
+        shutil.rmtree(target)
+    if moved and store is not None:
         store.rewrite_artifact_uris(benchmark, moved)
+    return moved
 
 
 def swap_published(predictor_dir: Path, benchmark: str, version: Path, *, store: Any = None) -> None:
     """Point ``<predictors>/<benchmark>`` at ``version`` in one rename of a symlink (relative, so the
     data folder can move). Idempotent: already pointing there changes nothing."""
     target = published_path(predictor_dir, benchmark)
+    if target.exists() and not target.is_symlink():
+        moved = _adopt_plain_folder(target, store, benchmark)
+        version = Path(moved.get(str(Path(version).resolve()), version))
     rel = os.path.relpath(Path(version).resolve(), target.parent.resolve())
     if target.is_symlink() and os.readlink(target) == rel:
         return
-    if target.exists() and not target.is_symlink():
-        _adopt_plain_folder(target, store, benchmark)
     link = target.with_name(f".{target.name}.link-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     os.symlink(rel, link)
     try:
@@ -334,7 +338,9 @@ def record_decision(store: Any, benchmark: str, *, fit_key: str, data_version: s
     """
     from sparseeval.refresh import checks_json
 
-    store.update_anchor_set(proposed["anchor_set_id"], checks=checks_json(checks))
+    for decided in (proposed, challenger):  # a resumed publication reports the checks of whichever it finishes
+        if decided is not None:
+            store.update_anchor_set(decided["anchor_set_id"], checks=checks_json(checks))
     failed = [c.name for c in checks if not c.passed]
     roles = {r["anchor_set_id"]: r["role"] for r in
              store.query("SELECT anchor_set_id, role FROM anchor_sets WHERE benchmark = $b",

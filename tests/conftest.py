@@ -76,6 +76,8 @@ def openllm_dir() -> Path:
     from tests.support import OPENLLM_DIR
 
     if not (OPENLLM_DIR / "responses.parquet").exists():
+        if os.environ.get("CI"):  # CI has the data: its absence there is a failure, never a silent skip
+            pytest.fail(f"real data not found at {OPENLLM_DIR} (CI is set)")
         pytest.skip(f"real data not found at {OPENLLM_DIR}")
     return OPENLLM_DIR
 

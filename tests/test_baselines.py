@@ -18,6 +18,7 @@ from sklearn.cluster import KMeans
 from sparseeval.methods import AnchorEstimator, make_estimator
 from sparseeval.methods.baselines import fit_linear_map, item_vectors, kmeans_anchors
 from sparseeval.methods.irt import LAMBDA_GRID, estimate_theta, fit_irt
+from tests.support import needs_real_data
 
 METHODS = ["random", "random-linear", "anchor-points", "irt", "p-irt", "gp-irt"]
 IRT_METHODS = {"irt", "p-irt", "gp-irt"}
@@ -187,7 +188,7 @@ def test_k_larger_than_pool_is_rejected(data):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (DATA / "responses.parquet").exists(), reason="real leaderboard data absent")
+@needs_real_data
 def test_real_arc_k20_side_by_side():
     """On real ARC results every baseline ranks held-out models well at K=20 (fit on train only)."""
     from sparseeval.matrix import build_matrix

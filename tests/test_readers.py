@@ -22,6 +22,7 @@ from tests.fixtures.formats import (
     write_v1_details,
     write_v2_details,
 )
+from tests.support import needs_real_data
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm_v1"
 
@@ -366,7 +367,7 @@ def test_hub_loader_reads_local_folder_without_network(tmp_path: Path, monkeypat
         load_details("org/not-a-local-folder")
 
 
-@pytest.mark.skipif(not DATA.exists(), reason="real openllm_v1 data absent")
+@needs_real_data
 def test_real_data_folder_is_one_long_unit() -> None:
     assert iter_sources(DATA) == [DATA]
     assert detect_format(DATA) == "long"

@@ -19,12 +19,12 @@ from sparseeval.cli import main
 from sparseeval.export import write_export
 from sparseeval.readers.base import InputError
 from sparseeval.scoring import TooFewAnchorsError, compare, fit_predictor, predict
+from tests.support import needs_real_data
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm_v1"
 N_HELD_OUT = 400
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not (DATA / "responses.parquet").is_file(), reason="real data absent")]
+pytestmark = [pytest.mark.slow, needs_real_data]
 
 
 #: the method the scoring tests publish (fast and deterministic)

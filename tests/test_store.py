@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from sparseeval.lifecycle import IllegalTransitionError
 from sparseeval.matrix import build_matrix
 from sparseeval.readers.long import read_long
 from sparseeval.store import TABLES, Store
@@ -191,8 +192,19 @@ def test_anchor_sets_round_trip(tmp_db: Path) -> None:
     other = store.save_anchor_set(benchmark="gsm8k", method="random", k=2, seed=1, items=["a", "b"])
     assert len({first, second, other}) == 3
     assert store.query("SELECT count(*) FROM latest_anchors").item() == 0  # nothing published yet
+    with pytest.raises(IllegalTransitionError, match="candidate -> champion is not allowed"):
+        store.publish_champion("arc", first)  # only a proposal (it passed the checks) may be published
+    store.propose(first, "checks passed")
     assert store.publish_champion("arc", first) is None
+    store.propose(second, "checks passed")
     assert store.publish_champion("arc", second) == first  # the earlier champion is retired
+    with pytest.raises(IllegalTransitionError, match="retired -> champion"):
+        store.update_anchor_set(first, role="champion")  # retired is terminal
+    history = store.query("SELECT anchor_set_id, old_role, new_role FROM role_history WHERE benchmark = 'arc' "
+                          "ORDER BY changed_at, anchor_set_id").rows()
+    assert history == [(first, None, "candidate"), (second, None, "candidate"), (first, "candidate", "proposed"),
+                       (first, "proposed", "champion"), (second, "candidate", "proposed"),
+                       (first, "champion", "retired"), (second, "proposed", "champion")]
     latest = store.query("SELECT benchmark, anchor_set_id, position, item_id, weight FROM latest_anchors")
     arc = latest.filter(pl.col("benchmark") == "arc")
     assert arc.get_column("anchor_set_id").unique().to_list() == [second]

@@ -1,0 +1,400 @@
+"""A deterministic lifecycle simulation: days of leaderboard arrivals through the real sensors and jobs.
+
+A refresh runs every day for a year, and the state that outlives one run (anchor-set roles, registry
+versions and aliases, published folders, sensor cursors, data versions) is only proven by playing
+many days against it. Each simulated day writes that day's arrivals from the embedded synthetic
+generator (seeded), then **ticks**: evaluates the real sensors of :mod:`pipelines.automation` as the
+daemon would (cursors kept, run keys de-duplicated, partitions added) and executes the runs they
+request, until they request nothing. After every day it checks the invariants
+(:meth:`Simulation.violations`).
+
+The days play, in a cycle of 20: new models every day except quiet days; a new benchmark; a corrected
+re-run of an old file; a bad file; a settings change; a benchmark turned into pure noise (its champion
+must stay) and one of pure noise from the start (never published); ``sparseeval ingest`` into the store
+between ticks; anchor-only newcomers; and, on six days, the refresh run in a subprocess killed
+(SIGKILL) at one publication step boundary each (:data:`sparseeval.publishing.FAILPOINTS`), then
+retried.
+
+``python -m pipelines.simulation run-one CONFIG JOB [PARTITION]`` is the killed subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import polars as pl
+
+from pipelines.automation import joint_sensor, new_results_sensor, stale_benchmarks_sensor
+from pipelines.io_managers import MatrixIOManager
+from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
+from sparseeval.publishing import FAILPOINTS, audit, leftovers
+from sparseeval.store import Store
+from sparseeval.synthetic import SyntheticLeaderboard, generate_leaderboard, scrambled, write_leaderboard
+from sparseeval.tracking import registered_versions
+
+SENSORS = (new_results_sensor, stale_benchmarks_sensor, joint_sensor)
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+#: the cycle of special days (day % CYCLE); every other day brings new models
+CYCLE = 20
+NEW_BENCHMARK, RERUN, BAD_FILE, SETTINGS_CHANGE, NOISE_TURN, NOISE_NEW = 3, 5, 6, 8, 10, 11
+KILL_DAYS = {12 + i: point for i, point in enumerate(FAILPOINTS)}  # 12..17
+QUIET = {4, 9, 19}
+CLI_DAYS = {2, 7, 14}
+ANCHOR_ONLY = {13, 16}
+BASE = ("arc", "gsm8k", "drift")
+
+
+@dataclass
+class DayReport:
+    day: int
+    events: list[str]
+    runs: int
+    new_versions: int
+    seconds: float
+    violations: list[str] = field(default_factory=list)
+
+
+class Simulation:
+    """One simulated deployment under ``root`` (its own store, MLflow store, Dagster instance, source)."""
+
+    def __init__(self, root: Path, *, days: int = 40, seed: int = 0, models_per_day: int = 4, k: int = 8,
+                 method: str = "sparseeval-linear", kills: bool = True) -> None:
+        self.root = Path(root)
+        self.seed = seed
+        self.kills = kills
+        self.models_per_day = models_per_day
+        self.source = self.root / "source"
+        self.outside = self.root / "cli"
+        for folder in (self.source, self.outside, self.root / "dagster"):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.instance = dg.DagsterInstance.local_temp(tempdir=str(self.root / "dagster"))
+        self.settings: dict[str, Any] = {
+            "k": k, "method": method, "seed": seed, "compare_methods": "random-linear", "compare_ks": str(k),
+            "compare_seeds": 1, "predictor_dir": str(self.root / "predictors"), "joint_benchmarks": "arc,gsm8k"}
+        families = (96 + models_per_day * days) // 8 + 1
+        self.world = generate_leaderboard(n_families=families, models_per_family=8,
+                                          benchmarks={"arc": 40, "gsm8k": 30, "mmlu": 30, "drift": 30}, seed=seed)
+        self.noise_world = scrambled(generate_leaderboard(n_families=40, models_per_family=8,
+                                                          benchmarks={"noisy": 30}, seed=seed + 1), seed=seed + 2)
+        self.order = self.world.models.get_column("model").to_list()
+        self.released = 96
+        self.cursors: dict[str, str | None] = {}
+        self.used_keys: set[str] = set()
+        self.history: dict[str, Any] = {}
+        #: publication step boundaries still to kill a run at (one per kill day, carried over when that
+        #: day's refresh published nothing to kill)
+        self.pending_kills: list[str] = []
+        self.violation_counts: Counter[str] = Counter()
+
+    # --- configuration ---------------------------------------------------------------------------
+
+    def resources(self) -> dict[str, Any]:
+        return {
+            "store": StoreResource(path=str(self.root / "sparseeval.duckdb")),
+            "tracking": TrackingResource(data_dir=str(self.root)),
+            "source": SourceResource(path=str(self.source)),
+            "settings": SettingsResource(**self.settings),
+            "io_manager": MatrixIOManager(base_dir=str(self.root / "io")),
+        }
+
+    def definitions(self) -> dg.Definitions:
+        from pipelines.definitions import build_definitions
+
+        return build_definitions(self.resources())
+
+    @property
+    def store(self) -> Store:
+        return Store(self.root / "sparseeval.duckdb")
+
+    # --- the world's arrivals ----------------------------------------------------------------------
+
+    def _slice(self, lb: SyntheticLeaderboard, models: list[str], benchmarks: list[str]) -> SyntheticLeaderboard:
+        keep = (pl.col("model").is_in(models)) & (pl.col("benchmark").is_in(benchmarks))
+        return replace(lb, responses=lb.responses.filter(keep), scores=lb.scores.filter(keep),
+                       models=lb.models.filter(pl.col("model").is_in(models)))
+
+    def _benchmarks(self, day: int) -> list[str]:
+        return [*BASE, *(["mmlu"] if day % CYCLE >= NEW_BENCHMARK or day >= CYCLE else [])]
+
+    def _drift_noise(self, lb: SyntheticLeaderboard, day: int) -> SyntheticLeaderboard:
+        """``drift`` answers are pure noise from its turning day on (a broken harness)."""
+        if day % CYCLE < NOISE_TURN and day < CYCLE:
+            return lb
+        noisy = scrambled(self._slice(lb, lb.models.get_column("model").to_list(), ["drift"]), seed=self.seed + day)
+        rest = self._slice(lb, lb.models.get_column("model").to_list(), [b for b in self._benchmarks(day)
+                                                                          if b != "drift"])
+        return replace(lb, responses=pl.concat([rest.responses, noisy.responses]),
+                       scores=pl.concat([rest.scores, noisy.scores]))
+
+    def _new_models(self, day: int) -> list[str]:
+        start = self.released
+        self.released = min(len(self.order), start + self.models_per_day)
+        return self.order[start:self.released]
+
+    def arrive(self, day: int) -> list[str]:
+        """Write the day's arrivals; return what happened (the day's events)."""
+        phase = day % CYCLE
+        events = []
+        if day == 0:
+            lb = self._slice(self.world, self.order[:self.released], self._benchmarks(0))
+            write_leaderboard(lb, self.source / "day-000")
+            return ["initial leaderboard"]
+        if phase in QUIET:
+            return ["quiet (no new data)"]
+        if phase == NEW_BENCHMARK and day < CYCLE:
+            lb = self._slice(self.world, self.order[:self.released], ["mmlu"])
+            write_leaderboard(lb, self.source / f"day-{day:03d}-mmlu")
+            events.append("new benchmark mmlu")
+        if phase == RERUN:
+            target = self.source / "day-001"
+            if target.is_dir():
+                lb = pl.read_parquet(target / "responses.parquet")
+                first = lb.get_column("model")[0]
+                flipped = lb.with_columns(correct=pl.when(pl.col("model") == first).then(1 - pl.col("correct"))
+                                          .otherwise(pl.col("correct")).cast(pl.Int8))
+                flipped.write_parquet(target / "responses.parquet.tmp")
+                os.replace(target / "responses.parquet.tmp", target / "responses.parquet")
+                events.append(f"corrected re-run of day-001 ({first}'s answers)")
+        if phase == BAD_FILE:
+            (self.source / f"bad-{day:03d}.csv").write_text("model,benchmark,item_id,score\nbroken,arc,1,1.7\n")
+            events.append("bad file (score 1.7)")
+        if phase == SETTINGS_CHANGE:
+            self.settings["alpha"] = 0.2 if self.settings.get("alpha", 0.1) == 0.1 else 0.1
+            events.append(f"settings change: alpha {self.settings['alpha']}")
+        if phase == NOISE_TURN:
+            # every drift file so far re-run with noise: the same paths, new bytes (each supersedes its run)
+            for folder in sorted(self.source.glob("day-*")):
+                lb = pl.read_parquet(folder / "responses.parquet")
+                if lb.filter(pl.col("benchmark") == "drift").height:
+                    models = lb.get_column("model").unique().to_list()
+                    part = self._slice(self.world, models, [b for b in self._benchmarks(day)
+                                                            if b in lb.get_column("benchmark").unique()])
+                    write_leaderboard(self._drift_noise(part, day), folder)
+            events.append("drift turned to pure noise (re-run of its files)")
+        if phase == NOISE_NEW and day < CYCLE:
+            write_leaderboard(self._slice(self.noise_world, self.noise_world.models.get_column("model").to_list()[:96],
+                                          ["noisy"]), self.source / f"day-{day:03d}-noisy")
+            events.append("new benchmark of pure noise")
+        if phase in ANCHOR_ONLY:
+            events += self._anchor_only(day)
+        models = self._new_models(day)
+        if models:
+            # new models for half the benchmarks each day (the joint pair on even days): every day brings
+            # models, and a day refreshes two benchmarks, not all
+            pair = ["arc", "gsm8k"] if day % 2 == 0 else [b for b in self._benchmarks(day) if b in ("drift", "mmlu")]
+            lb = self._drift_noise(self._slice(self.world, models, pair), day)
+            if phase in CLI_DAYS:
+                write_leaderboard(lb, self.outside / f"day-{day:03d}")
+                from sparseeval.cli import main as cli
+
+                if cli(["-q", "ingest", str(self.outside / f"day-{day:03d}"), "--db",
+                        str(self.root / "sparseeval.duckdb")]) != 0:
+                    raise RuntimeError(f"day {day}: the CLI ingest failed")
+                events.append(f"{len(models)} new models by 'sparseeval ingest'")
+            else:
+                write_leaderboard(lb, self.source / f"day-{day:03d}")
+                events.append(f"{len(models)} new models")
+        return events
+
+    def _anchor_only(self, day: int) -> list[str]:
+        """A newcomer that ran only arc's published anchors (no full score)."""
+        current = self.store.champion("arc")
+        if current is None:
+            return []
+        name = f"newcomer/day-{day:03d}"
+        frame = pl.DataFrame({"model": name, "benchmark": "arc", "item_id": current["items"],
+                              "correct": [(i + day) % 2 for i in range(len(current["items"]))]})
+        frame.write_csv(self.source / f"anchors-{day:03d}.csv")
+        return [f"anchor-only newcomer {name}"]
+
+    # --- ticks -----------------------------------------------------------------------------------------
+
+    def tick(self, day: int) -> int:
+        """Evaluate the sensors and run what they request, until they request nothing; the runs made."""
+        defs = self.definitions()
+        resources = self.resources()
+        runs = 0
+        for _ in range(12):
+            requests = []
+            for sensor in SENSORS:
+                context = dg.build_sensor_context(instance=self.instance, instance_ref=self.instance.get_ref(),
+                                                  cursor=self.cursors.get(sensor.name),
+                                                  definitions=defs, resources=resources)
+                data = sensor.evaluate_tick(context)
+                self.cursors[sensor.name] = data.cursor
+                for added in data.dynamic_partitions_requests or []:
+                    self.instance.add_dynamic_partitions(added.partitions_def_name, list(added.partition_keys))
+                for request in data.run_requests or []:
+                    if request.run_key not in self.used_keys:  # the daemon launches a run key once
+                        self.used_keys.add(request.run_key)
+                        requests.append((sensor.job_name, request))
+            if not requests:
+                return runs
+            for job, request in requests:
+                self._execute(defs, job, request, day)
+                runs += 1
+        raise RuntimeError(f"day {day}: the sensors still request runs after 12 ticks")
+
+    def _execute(self, defs: dg.Definitions, job: str, request: dg.RunRequest, day: int) -> None:
+        tags = {**request.tags, "dagster/run_key": request.run_key or ""}
+        if self.pending_kills and job == "refresh":
+            if self._run_killed(job, request.partition_key, self.pending_kills[0]):
+                self.pending_kills.pop(0)
+            else:  # it ran to its end without publishing anything: that was the run
+                self.last_results.append((job, request.partition_key, None))
+                return
+        result = defs.resolve_job_def(job).execute_in_process(
+            instance=self.instance, partition_key=request.partition_key, tags=tags, raise_on_error=False,
+            run_config=QUIET_LOGS)
+        self.last_results.append((job, request.partition_key, result.success))
+
+    def _run_killed(self, job: str, partition: str | None, point: str) -> bool:
+        """The run in a subprocess that SIGKILLs itself at ``point``; its run is then marked failed (what
+        Dagster's run monitoring does with a dead run worker) and the caller retries it. False when the
+        run ended by itself (it published nothing, so it never reached ``point``)."""
+        config = self.root / "config.json"
+        config.write_text(json.dumps({"root": str(self.root), "settings": self.settings}))
+        env = {**os.environ, "SPARSEEVAL_FAILPOINT": point, "PYTHONPATH": str(Path(__file__).parents[1])}
+        proc = subprocess.run([sys.executable, "-m", "pipelines.simulation", "run-one", str(config), job,
+                               partition or ""], env=env, capture_output=True, text=True, timeout=600)
+        if proc.returncode != -signal.SIGKILL:
+            if "Traceback" in proc.stderr and "DagsterAssetCheckFailedError" not in proc.stderr:
+                raise RuntimeError(f"the run to be killed at {point} failed: {proc.stderr[-3000:]}")
+            return False
+        for record in self.instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
+            self.instance.report_run_failed(record.dagster_run)
+        self.kill_log.append(point)
+        return True
+
+    # --- invariants ------------------------------------------------------------------------------------
+
+    def violations(self, *, quiet: bool, versions_before: dict[str, int]) -> list[str]:
+        """Every invariant that does not hold after the day, as ``kind: detail``."""
+        db, found = self.store, []
+        tracking = self.resources()["tracking"].config()
+        predictors = Path(self.settings["predictor_dir"])
+        benchmarks = [*db.benchmarks(), "sparseeval-joint"]
+        for bench in benchmarks:
+            found += [f"disagreement: {p}" for p in audit(db, tracking, predictors, bench)]
+        stale = db.query("SELECT benchmark, anchor_set_id, role FROM anchor_sets WHERE role IN "
+                         "('candidate', 'proposed')")
+        found += [f"stale proposal: {r['benchmark']} #{r['anchor_set_id']} is still {r['role']}"
+                  for r in stale.iter_rows(named=True)]
+        found += [f"orphan file: {p}" for p in [*leftovers(predictors), *db.temp_files()]]
+        versions = {b: len(registered_versions(tracking, benchmark=b)) for b in benchmarks}
+        if quiet:
+            if self.last_results:
+                found.append(f"run on a quiet day: {len(self.last_results)} run(s) {self.last_results}")
+            found += [f"new registry version on a quiet day: {b} {versions_before.get(b, 0)} -> {n}"
+                      for b, n in versions.items() if n != versions_before.get(b, 0)]
+        for bench in db.benchmarks():
+            current = db.champion(bench)
+            if current is None:
+                continue
+            waiting = db.anchor_answers_without_score(bench, current["items"]).get_column("model").unique()
+            scored = set(db.query("SELECT model FROM predictions WHERE anchor_set_id = $i",
+                                  {"i": current["anchor_set_id"]}).get_column("model").to_list())
+            found += [f"anchor-only model without a prediction: {bench} {m}" for m in waiting if m not in scored]
+        found += self._append_only(db)
+        self.versions = versions
+        return found
+
+    def _append_only(self, db: Store) -> list[str]:
+        """The history views only grow: every row seen yesterday is still there today, unchanged."""
+        queries = {
+            "response_history": "SELECT DISTINCT run_id, model, benchmark FROM response_history",
+            "anchor_set_history": "SELECT anchor_set_id, benchmark, created_at FROM anchor_set_history",
+            "role_history": "SELECT anchor_set_id, old_role, new_role, reason, changed_at FROM role_history",
+            "publication_history": "SELECT publication_id, anchor_set_id, alias, created_at FROM publication_history",
+        }
+        found = []
+        for view, sql in queries.items():
+            rows = set(db.query(sql).rows())
+            lost = self.history.get(view, set()) - rows
+            if lost:
+                found.append(f"history rewritten: {view} lost {len(lost)} row(s), e.g. {sorted(lost)[0]}")
+            self.history[view] = rows
+        return found
+
+    # --- the whole run -----------------------------------------------------------------------------
+
+    def play(self, days: int, *, log: Any = print) -> list[DayReport]:
+        reports = []
+        self.kill_log: list[str] = []
+        versions: dict[str, int] = {}
+        for day in range(days):
+            t0 = time.perf_counter()
+            self.last_results: list[tuple[str, str | None, bool]] = []
+            if self.kills and day % CYCLE in KILL_DAYS:
+                self.pending_kills.append(KILL_DAYS[day % CYCLE])
+            events = self.arrive(day)
+            runs = self.tick(day)
+            quiet = day % CYCLE in QUIET and day > 0
+            problems = self.violations(quiet=quiet, versions_before=versions)
+            new_versions = sum(self.versions.values()) - sum(versions.values())
+            versions = dict(self.versions)
+            for problem in problems:
+                self.violation_counts[problem.split(":", 1)[0]] += 1
+            report = DayReport(day, events, runs, new_versions, time.perf_counter() - t0, problems)
+            reports.append(report)
+            log(f"day {day:3d} {report.seconds:5.1f} s  runs {runs:2d}  new versions {new_versions:2d}  "
+                f"violations {len(problems)}  {'; '.join(events)}")
+            for problem in problems:
+                log(f"          ! {problem}")
+        return reports
+
+
+def _run_one(config_path: str, job: str, partition: str) -> int:
+    """The subprocess of a killed run: the same instance and stores, one job (it SIGKILLs itself)."""
+    config = json.loads(Path(config_path).read_text())
+    sim = Simulation.__new__(Simulation)
+    sim.root = Path(config["root"])
+    sim.source = sim.root / "source"
+    sim.settings = config["settings"]
+    instance = dg.DagsterInstance.local_temp(tempdir=str(sim.root / "dagster"))
+    result = sim.definitions().resolve_job_def(job).execute_in_process(
+        instance=instance, partition_key=partition or None, raise_on_error=False, run_config=QUIET_LOGS)
+    return 0 if result.success else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    play = sub.add_parser("play", help="simulate days and print a line per day")
+    play.add_argument("--days", type=int, default=40)
+    play.add_argument("--seed", type=int, default=0)
+    play.add_argument("--root", type=Path, required=True)
+    play.add_argument("--no-kills", action="store_true")
+    one = sub.add_parser("run-one")
+    one.add_argument("config")
+    one.add_argument("job")
+    one.add_argument("partition", nargs="?", default="")
+    args = ap.parse_args(argv)
+    if args.command == "run-one":
+        return _run_one(args.config, args.job, args.partition)
+    shutil.rmtree(args.root, ignore_errors=True)
+    sim = Simulation(args.root, days=args.days, seed=args.seed, kills=not args.no_kills)
+    t0 = time.perf_counter()
+    reports = sim.play(args.days)
+    total = sum(len(r.violations) for r in reports)
+    print(f"\n{args.days} days in {time.perf_counter() - t0:.0f} s: {sum(r.runs for r in reports)} runs, "
+          f"{sum(r.new_versions for r in reports)} registry versions, kills at {', '.join(sim.kill_log) or 'none'}; "
+          f"violations: {total} {dict(sim.violation_counts)}")
+    return 0 if total == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""``make run``'s code path, then the real ``dagster-daemon`` as a subprocess on the same instance.
+
+``make run`` (``pipelines.run_all``: the Definitions with ``default_resources()`` read from the
+environment, the shipped ``pipelines/dagster.yaml``) at a small size; then the daemon, with a short
+sensor interval: on unchanged data it launches nothing; after a new result file it runs one ingest,
+then the refresh of exactly the benchmark that changed.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.instance.ref import InstanceRef
+from dagster._core.scheduler.instigation import InstigatorType
+
+from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "DAGSTER_HOME": str(tmp / "dagster_home"), "SPARSEEVAL_DATA_DIR": str(tmp / "data"),
+            "SPARSEEVAL_SOURCE": str(tmp / "source"), "SPARSEEVAL_K": "8", "SPARSEEVAL_METHOD": "sparseeval-linear",
+            "SPARSEEVAL_COMPARE_METHODS": "random-linear", "SPARSEEVAL_COMPARE_KS": "8",
+            "SPARSEEVAL_COMPARE_SEEDS": "1", "SPARSEEVAL_JOINT_BENCHMARKS": "none",
+            "SPARSEEVAL_SENSOR_INTERVAL": "2", "SPARSEEVAL_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def _runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
+    return [r.dagster_run for r in instance.get_run_records()]
+
+
+def _wait(instance: dg.DagsterInstance, done, timeout: float, daemon: subprocess.Popen) -> list[dg.DagsterRun]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = _runs(instance)
+        if done(runs):
+            return runs
+        assert daemon.poll() is None, "the daemon died"
+        time.sleep(1.0)
+    raise AssertionError(f"timed out; runs: {[(r.job_name, r.tags.get('dagster/partition'), r.status) for r in runs]}")
+
+
+def test_daemon_after_make_run_launches_nothing_then_refreshes_only_what_a_new_file_changed(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "pipelines" / "dagster.yaml", home / "dagster.yaml")  # what make does
+    lb = generate_leaderboard(n_families=12, models_per_family=8, benchmarks={"arc": 40, "gsm8k": 30}, seed=3)
+    write_leaderboard(lb, tmp_path / "source" / "first")
+    made = subprocess.run([sys.executable, "-m", "pipelines.run_all"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    assert "refresh finished in" in made.stdout and "FAILED" not in made.stdout
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    before = len(_runs(instance))
+    assert before == 3  # make run: one ingest, one refresh per benchmark
+    daemon = subprocess.Popen([sys.executable, "-m", "dagster", "daemon", "run", "-w", str(REPO / "workspace.yaml")],
+                              cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        # every sensor evaluated several times on unchanged data: no run
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ticks = [instance.get_ticks(s.instigator_origin_id, s.selector_id, limit=5)
+                     for s in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)]
+            if len(ticks) == 3 and all(len(t) >= 3 for t in ticks):
+                break
+            time.sleep(1.0)
+        else:
+            raise AssertionError("the daemon's sensors did not tick")
+        assert len(_runs(instance)) == before, "the daemon launched a run on unchanged data"
+        # a new file with new arc models: one ingest, then the refresh of arc alone
+        more = generate_leaderboard(n_families=2, models_per_family=4, benchmarks={"arc": 40}, seed=8)
+        write_leaderboard(more, tmp_path / "staging")
+        for f in (tmp_path / "staging").iterdir():  # renamed into place: the sensor never sees half a unit
+            (tmp_path / "source" / "second").mkdir(exist_ok=True)
+            os.replace(f, tmp_path / "source" / "second" / f.name)
+
+        finished = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE)
+
+        def refreshed(runs: list[dg.DagsterRun]) -> bool:
+            return any(r.job_name == "refresh" and r.status in finished for r in runs[: len(runs) - before])
+
+        _wait(instance, refreshed, 300, daemon)
+        time.sleep(6)  # three more sensor intervals: nothing else follows
+        new = _runs(instance)[: len(_runs(instance)) - before]
+        assert sorted((r.job_name, r.tags.get("dagster/partition")) for r in new) == [("ingest", None),
+                                                                                      ("refresh", "arc")]
+        assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in new), [(r.job_name, r.status) for r in new]
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)

@@ -1,0 +1,38 @@
+"""Twenty simulated days of a deployment through the real sensors and jobs (``pipelines.simulation``).
+
+New models every day but the quiet ones, a new benchmark, a corrected re-run, a bad file, a settings
+change, a benchmark turned to noise and one of noise from the start, ``sparseeval ingest`` between
+ticks, anchor-only newcomers, and a refresh killed (SIGKILL) at each of the six publication step
+boundaries and retried. After every day the invariants must hold; the day's report names any that
+does not.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from pipelines.simulation import CYCLE, QUIET, Simulation
+from sparseeval.publishing import FAILPOINTS
+from sparseeval.store import Store
+
+pytestmark = pytest.mark.slow
+
+
+def test_twenty_days_keep_every_invariant(tmp_path: Path) -> None:
+    sim = Simulation(tmp_path, days=CYCLE, seed=0)
+    reports = sim.play(CYCLE, log=lambda line: None)
+    problems = [f"day {r.day}: {v}" for r in reports for v in r.violations]
+    assert problems == [], "\n".join(problems)
+    assert sim.kill_log == list(FAILPOINTS)  # every publication step boundary was crashed at, and recovered
+    for report in reports:
+        if report.day % CYCLE in QUIET:
+            assert report.runs == 0 and report.new_versions == 0, report
+        elif report.day:
+            assert report.runs > 0, report  # new data every other day: something was refreshed
+    db = Store(tmp_path / "sparseeval.duckdb")
+    roles = dict(db.query("SELECT benchmark, count(*) FROM anchor_sets WHERE role = 'champion' GROUP BY 1").rows())
+    assert roles.get("drift") == 1  # turned to noise: rejected since, its earlier champion kept
+    assert "noisy" not in roles  # pure noise from the start: never published
+    assert db.query("SELECT count(*) FROM fit_decisions WHERE benchmark = 'noisy' AND outcome = 'rejected'").item() >= 1
+    assert db.query("SELECT count(*) FROM ingests WHERE status = 'refused'").item() == 1  # the bad file, once
+    assert {"arc", "gsm8k", "mmlu", "sparseeval-joint"} <= set(roles)
