@@ -13,7 +13,7 @@ export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install run test test-fast lint ui mlflow-ui clean bench-accuracy bench-speed bench-ingest bench-coverage \
-	bench-refresh bench-ui bench-sql-start
+	bench-refresh bench-simulate bench-ui bench-sql-start
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -65,6 +65,9 @@ bench-coverage: install
 
 bench-refresh: install
 	$(PY) bench/refresh.py --quick
+
+bench-simulate: install
+	$(PY) bench/simulate.py --days 60 --root $(SPARSEEVAL_DATA_DIR)/simulation
 
 # screenshots of the Dagster and MLflow UIs after `make run` (needs Debian's chromium) -> docs/screens/
 bench-ui: install $(DAGSTER_HOME)/dagster.yaml

@@ -41,7 +41,7 @@ def test_state_table_is_closed_and_enforced() -> None:
     assert table in (REPO / "docs" / "architecture.md").read_text()
 
 
-def _world(root: Path) -> dict:
+def _world(root: Path, method: str = "sparseeval-linear") -> dict:
     """A store with two fitted predictors of arc proposed (one as champion, one as challenger)."""
     from sparseeval.tracking import TrackingConfig
 
@@ -50,16 +50,15 @@ def _world(root: Path) -> dict:
     store.apply_schema()
     sets = []
     for seed in (0, 1):
-        artifact = fit_predictor(lb.responses.rename({"correct": "score"}), lb.scores, "arc", 6, "sparseeval-linear",
-                                 seed=seed)
+        artifact = fit_predictor(lb.responses.rename({"correct": "score"}), lb.scores, "arc", 6, method, seed=seed)
         folder, saved = save_version(artifact, root / "predictors", "arc")
-        set_id = store.save_anchor_set(benchmark="arc", method="sparseeval-linear", k=6, items=saved.item_ids,
+        set_id = store.save_anchor_set(benchmark="arc", method=method, k=6, items=saved.item_ids,
                                        seed=seed, artifact_uri=str(folder), origin="selected", data_version="v1",
                                        test_mae=1.0, baseline_mae=2.0)
         sets.append({"anchor_set_id": set_id, "content_hash": saved.content_hash})
     record_decision(store, "arc", fit_key="key-1", data_version="v1", proposed=sets[0], challenger=sets[1],
                     checks=PASSED)
-    return {"store": store, "tracking": TrackingConfig(data_dir=root), "sets": sets, "root": root}
+    return {"store": store, "tracking": TrackingConfig(data_dir=root), "sets": sets, "root": root, "lb": lb}
 
 
 def _versions(world: dict) -> list[str]:
@@ -145,3 +144,38 @@ def test_stale_proposals_are_retired_with_a_reason(tmp_path: Path) -> None:
     assert all(r[2] for r in rows) and "stale" in rows[0][2]
     assert store.open_publications("arc") == []
     assert store.latest_decision("arc")["outcome"] == "rejected"
+
+
+@pytest.mark.slow
+def test_the_default_method_is_registered_and_served_from_the_registry(tmp_path: Path) -> None:
+    """sparseeval-mlp (the default) through the publisher, then loaded back from the registry by its alias:
+    as an MLflow pyfunc model and as the folder ``sparseeval predict`` reads, with the same predictions
+    as the published folder."""
+    import json
+
+    import mlflow
+    import numpy as np
+    import polars as pl
+
+    from sparseeval.tracking import download_predictor
+
+    world = _world(tmp_path, method="sparseeval-mlp")
+    Publisher(world["store"], world["tracking"], tmp_path / "predictors").publish_open("arc")
+    assert audit(world["store"], world["tracking"], tmp_path / "predictors", "arc") == []
+    published = load_predictor(tmp_path / "predictors" / "arc")
+    assert published.method == "sparseeval-mlp"
+    mlflow.set_tracking_uri(world["tracking"].resolved_tracking_uri)
+    model = mlflow.pyfunc.load_model("models:/sparseeval-arc@champion")
+    X = np.random.default_rng(0).integers(0, 2, (5, published.k)).astype(np.float32)
+    np.testing.assert_allclose(model.predict(X), published.estimator.predict(X), rtol=1e-5)
+    folder = download_predictor(world["tracking"], benchmark="arc", dst=tmp_path / "download")
+    answers = world["lb"].responses.filter(pl.col("item_id").is_in(published.anchor_item_ids)
+                                           & (pl.col("model") == world["lb"].responses["model"][0]))
+    answers.rename({"correct": "score"}).write_csv(tmp_path / "answers.csv")
+    outs = []
+    for source in (folder, tmp_path / "predictors" / "arc"):
+        out = tmp_path / f"{len(outs)}.json"
+        assert cli_main(["predict", "--predictor", str(source), "--answers", str(tmp_path / "answers.csv"),
+                         "--json", str(out)]) == 0
+        outs.append(json.loads(out.read_text()))
+    assert outs[0] == outs[1] and 0 <= outs[0][0]["predicted"] <= 1
