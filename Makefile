@@ -33,7 +33,7 @@ run: install $(DAGSTER_HOME)/dagster.yaml
 
 test: install
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadfile
 
 test-fast: install
 	$(VENV)/bin/ruff check .

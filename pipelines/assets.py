@@ -161,20 +161,21 @@ def _fit_version(matrix: ResponseMatrix, split: Any, est: Any, settings: Setting
             "items": items, "origin": origin, "content_hash": saved.content_hash}
 
 
-def resume_or_skip(context: dg.AssetExecutionContext, db: Any, publisher: Publisher, bench: str,
-                   key: str) -> dict[str, Any] | None:
+def resume_or_skip(context: dg.AssetExecutionContext, db: Any, tracking: TrackingResource, predictor_dir: str,
+                   bench: str, key: str) -> dict[str, Any] | None:
     """Before a fit: finish publications that already show outside DuckDB; then, when a publication of
     this very fit key is still waiting, the metadata that hands it to the publish step; when the key
     is already decided, None after logging why nothing runs (no materialization: downstream steps and
     checks are skipped, and shown as skipped)."""
+    publisher = Publisher(db, tracking.config(), Path(predictor_dir), run_tags={"dagster.run_id": context.run_id})
     for done in publisher.publish_open(bench, started_only=True):
         context.log.warning("%s: finished the interrupted publication of anchor set #%d as %s (registry version "
                             "%s)", bench, done.anchor_set_id, done.alias, done.registry_version)
     pending = db.open_publications(bench)
     if pending and all(p["fit_key"] == key for p in pending):
         ids = ", ".join(f"#{p['anchor_set_id']} as {p['alias']}" for p in pending)
-        return {"decision": f"resumed: the publication of {ids} (fit key {key[:12]}) did not finish; the "
-                            f"checks it passed are reported again and the publish step completes it",
+        return {"decision": f"resumed: the publication of {ids} (fit key {key[:12]}) did not finish; "
+                            f"the checks it passed are reported again and the publish step completes it",
                 "evaluated": int(pending[0]["anchor_set_id"]), "fit_key": key}
     decided = up_to_date(db, bench, key)
     if decided is not None and not pending:
@@ -198,9 +199,7 @@ def candidate(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix
     version = matrix.data_version or db.data_version(bench)  # an .npz of an older release carries none
     k = min(settings.k, len(matrix.items))
     key = fit_key(version, settings.fit_settings())
-    publisher = Publisher(db, tracking.config(), Path(settings.predictor_dir),
-                          run_tags={"dagster.run_id": context.run_id})
-    resumed = resume_or_skip(context, db, publisher, bench, key)
+    resumed = resume_or_skip(context, db, tracking, settings.predictor_dir, bench, key)
     if resumed is None:
         return
     if resumed:

@@ -116,9 +116,11 @@ def stale_benchmarks_sensor(context: dg.SensorEvaluationContext, store: StoreRes
     """Benchmarks the store says are stale (new data from any writer, changed settings) -> one ``refresh``
     run each; new benchmarks get their partition first."""
     db = store.store()
-    stale = stale_benchmarks(db, settings.fit_settings(), settings.comparison_settings())
+    with db.pinned():  # staleness and the benchmark list from one state of the store
+        stale = stale_benchmarks(db, settings.fit_settings(), settings.comparison_settings())
+        benchmarks = db.benchmarks()
     known = set(context.instance.get_dynamic_partitions(BENCHMARK_PARTITIONS))
-    new = sorted(set(db.benchmarks()) - known)
+    new = sorted(set(benchmarks) - known)
     if not stale and not new:
         return dg.SkipReason("every benchmark is up to date: its fit key and comparison key are decided")
     requests = [dg.RunRequest(run_key=f"refresh-{b}-{key}", partition_key=b, tags={"sparseeval/why": why[:200]})
@@ -146,20 +148,22 @@ def joint_sensor(context: dg.SensorEvaluationContext, store: StoreResource, sett
     if busy:
         return dg.SkipReason("refresh runs still in progress: the joint predictor waits for the last one")
     db = store.store()
-    versions = db.data_versions()
+    with db.pinned():  # data versions, staleness and the decided keys from one state of the store
+        versions = db.data_versions()
+        stale = stale_benchmarks(db, settings.fit_settings(), settings.comparison_settings())
+        decided = db.latest_fit_keys().get(JOINT_METHOD)
     try:
         chosen = joint_benchmarks(settings.joint_benchmarks, sorted(versions))
     except BenchmarkNameError as exc:  # listed benchmarks the store does not hold (yet)
         return dg.SkipReason(f"the joint predictor cannot run: {exc}")
     if len(chosen) < 2:
         return dg.SkipReason(f"a joint predictor needs two benchmarks or more, have {', '.join(chosen) or 'none'}")
-    stale = stale_benchmarks(db, settings.fit_settings(), settings.comparison_settings())
     waiting = [b for b in chosen if b in stale and not _last_refresh_failed(context.instance, b)]
     if waiting:
         return dg.SkipReason(f"waiting for the refresh of {', '.join(waiting)}")
     key = fit_key(joint_data_version({b: versions[b] for b in chosen}),
                   {**settings.joint_settings(), "benchmarks": chosen})
-    if db.latest_fit_keys().get(JOINT_METHOD) == key:
+    if decided == key:
         return dg.SkipReason("the joint predictor is up to date with its benchmarks' data and the settings")
     failed = [b for b in chosen if b in stale]
     return dg.RunRequest(run_key=f"joint-{key[:16]}",

@@ -30,7 +30,7 @@ from sparseeval.device import cpu_threads
 from sparseeval.evaluation import evaluate_joint, evaluate_per_benchmark, results_frame
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods.joint import JOINT_METHOD, JOINT_SEP, MEAN, common_models, joint_data, restrict_models
-from sparseeval.publishing import Publisher, record_decision, save_version
+from sparseeval.publishing import record_decision, save_version
 from sparseeval.refresh import fit_key, joint_data_version, publishing_checks
 from sparseeval.scoring import joint_artifact_from_fit
 from sparseeval.sources import model_dates
@@ -84,9 +84,7 @@ def joint_anchors(context: dg.AssetExecutionContext, response_matrix: dict[str, 
     for line in behind:
         context.log.warning("%s: %s: its refresh has not completed; the joint predictor uses its previous matrix",
                             JOINT_METHOD, line)
-    publisher = Publisher(db, tracking.config(), Path(settings.predictor_dir),
-                          run_tags={"dagster.run_id": context.run_id})
-    resumed = resume_or_skip(context, db, publisher, JOINT_METHOD, key)
+    resumed = resume_or_skip(context, db, tracking, settings.predictor_dir, JOINT_METHOD, key)
     if resumed is None:
         return
     if resumed:

@@ -281,7 +281,12 @@ class Simulation:
 
     def violations(self, *, quiet: bool, versions_before: dict[str, int]) -> list[str]:
         """Every invariant that does not hold after the day, as ``kind: detail``."""
-        db, found = self.store, []
+        db = self.store
+        with db.pinned():  # one state of the store for the whole day's check
+            return self._violations(db, quiet=quiet, versions_before=versions_before)
+
+    def _violations(self, db: Store, *, quiet: bool, versions_before: dict[str, int]) -> list[str]:
+        found: list[str] = []
         tracking = self.resources()["tracking"].config()
         predictors = Path(self.settings["predictor_dir"])
         benchmarks = [*db.benchmarks(), "sparseeval-joint"]

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from sparseeval.artifact import META_FILE, PredictorArtifact, load_predictor
+from sparseeval.store.connection import pid_alive
 
 #: the folder inside the predictors folder that holds every version (never a published name)
 VERSIONS = ".versions"
@@ -166,7 +167,7 @@ def clean_leftovers(predictor_dir: Path) -> list[Path]:
     removed = []
     for path in leftovers(predictor_dir):
         owner = re.search(r"(?:staging|link)-(\d+)-", path.name)
-        if owner and int(owner.group(1)) != os.getpid() and _alive(int(owner.group(1))):
+        if owner and int(owner.group(1)) != os.getpid() and pid_alive(int(owner.group(1))):
             continue  # a live writer's
         if path.is_symlink() or path.is_file():
             path.unlink(missing_ok=True)
@@ -174,16 +175,6 @@ def clean_leftovers(predictor_dir: Path) -> list[Path]:
             shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --- the publisher ---------------------------------------------------------------------------------
@@ -295,15 +286,16 @@ def audit(store: Any, tracking: Any, predictor_dir: Path, benchmark: str) -> lis
     from sparseeval import tracking as mlf
 
     problems = []
-    champ = store.champion(benchmark)
+    with store.pinned():  # DuckDB's side read in one state
+        champ = store.champion(benchmark)
+        open_pubs = store.open_publications(benchmark)
+        champions = store.query("SELECT count(*) FROM anchor_sets WHERE benchmark = $b AND role = 'champion'",
+                                {"b": benchmark}).item()
     alias = mlf.alias_version(tracking, benchmark=benchmark, alias=mlf.CHAMPION)
     served = published_hash(predictor_dir, benchmark)
-    open_pubs = store.open_publications(benchmark)
     if open_pubs:
         problems.append(f"{benchmark}: {len(open_pubs)} publication(s) not finished "
                         f"(step {', '.join(p['step'] for p in open_pubs)})")
-    champions = store.query("SELECT count(*) FROM anchor_sets WHERE benchmark = $b AND role = 'champion'",
-                            {"b": benchmark}).item()
     if champions > 1:
         problems.append(f"{benchmark}: {champions} champions in DuckDB")
     if champ is None:

@@ -58,6 +58,17 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
         gc.enable()
 
 
+#: the longest test files, started first: under ``-n 2 --dist loadfile`` (``make test``) one worker
+#: plays the simulated days while the other runs everything else, instead of both finishing on them
+LONGEST_FIRST = ("test_simulation.py", "test_daemon.py", "test_pipeline.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the longest files first (a stable sort: the order inside a file is kept)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 # Interpreter shutdown with torch and friends loaded spends ~1.3 s in garbage-collector passes
 # over every object (each worker, at the end of the run). Freezing them first skips those passes;
 # it runs after pytest has finished (its own last gc.collect() for unraisable exceptions included).
