@@ -32,6 +32,7 @@ from pipelines.resources import SettingsResource, SourceResource, StoreResource,
 from sparseeval.cli import main as cli_main
 from sparseeval.device import cpu_threads
 from sparseeval.publishing import audit
+from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, scrambled, write_leaderboard
 
 PARTITIONED = [response_matrix, candidate, champion, evaluation, predictions]
@@ -258,6 +259,13 @@ def test_new_models_keep_champion_anchors_and_refit(pipeline: dict, tmp_path: Pa
     assert str(client.get_model_version_by_alias("sparseeval-arc", "champion").version) == "2"
     if roles["selected"] == "challenger":
         assert str(client.get_model_version_by_alias("sparseeval-arc", "challenger").version) == "3"
+    # the same data under another alpha: the champion's anchors are refit again, with the same origin
+    # and data version; that is a new anchor set (a published predictor never changes in place), and
+    # DuckDB, the registry alias and the published folder still agree
+    before = _count(db, "SELECT count(*) FROM anchor_sets")
+    _refresh(_resources(root, source, challenger_min_days=30.0, alpha=0.2), instance)
+    assert _count(db, "SELECT count(*) FROM anchor_sets") > before
+    assert audit(Store(db), resources["tracking"].config(), root / "predictors", "arc") == []
     # a challenger that wins by any margin and no waiting time replaces the champion
     even_more = generate_leaderboard(n_families=2, models_per_family=8, benchmarks={"arc": 60}, seed=6)
     write_leaderboard(_renamed(even_more, "-third"), source / "third")

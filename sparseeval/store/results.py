@@ -53,13 +53,17 @@ class ResultWriters(Connections):
                         weights: Sequence[float] | None = None, seed: int | None = None,
                         n_train_models: int | None = None, params: Mapping[str, Any] | None = None,
                         mlflow_run_id: str | None = None, artifact_uri: str | None = None,
-                        item_benchmarks: Sequence[str] | None = None, **fields: Any) -> int:
+                        item_benchmarks: Sequence[str] | None = None, predictor_hash: str | None = None,
+                        **fields: Any) -> int:
         """Store an anchor set and its items in order; the same content again returns the same id.
 
         This is the anchor set's one writer: later steps change its lifecycle fields by id
         (:meth:`update_anchor_set`), never by writing it again. ``fields``: any of
         :data:`ANCHOR_SET_FIELDS` (role, origin, data_version, scores...). ``item_benchmarks``: each
-        anchor's own benchmark, for a set spanning several (``sparseeval-joint``); default ``benchmark``."""
+        anchor's own benchmark, for a set spanning several (``sparseeval-joint``); default ``benchmark``.
+        ``predictor_hash``: the content hash of the set's saved predictor; it is part of the set's
+        identity, so that a refit of the same anchors on the same data under another setting (alpha,
+        calibration) is a new set, never an in-place change of a published one's predictor."""
         if weights is not None and len(weights) != len(items):
             raise ValueError(f"{len(items)} anchors but {len(weights)} weights")
         if item_benchmarks is not None and len(item_benchmarks) != len(items):
@@ -67,12 +71,13 @@ class ResultWriters(Connections):
         owners = [str(b) for b in item_benchmarks] if item_benchmarks is not None else [benchmark] * len(items)
         if len(set(zip(owners, items, strict=True))) != len(items):
             raise ValueError("anchor items repeat")
-        # an anchor set refit on new data is a new row (same items, another predictor version)
+        # a refit on new data or under another setting is a new row (same items, another predictor)
         payload = {"benchmark": benchmark, "method": method, "k": int(k), "seed": seed,
                    "items": [str(i) for i in items],
                    "weights": None if weights is None else [float(w) for w in weights],
                    **({"item_benchmarks": owners} if item_benchmarks is not None else {}),
-                   **{f: fields[f] for f in ("data_version", "origin") if fields.get(f) is not None}}
+                   **{f: fields[f] for f in ("data_version", "origin") if fields.get(f) is not None},
+                   **({"predictor": predictor_hash} if predictor_hash is not None else {})}
         content_hash = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
         params_json = json.dumps(dict(params or {}), sort_keys=True, default=str)
         terminal = list(TERMINAL)
