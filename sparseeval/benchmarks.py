@@ -105,13 +105,23 @@ DEFAULT_SETTINGS: dict[str, tuple[int, frozenset[str]]] = {
     "mmlu_pro": (5, frozenset({"acc"})),
 }
 
+#: Metric names a ``<benchmark>:<metric>`` variant may carry: the harnesses' per-item score metrics. Only
+#: these make ``x:y`` a variant, because harness task names use ``:`` too: lighteval's ``arc:easy`` and
+#: ``truthfulqa:gen`` are other tasks, not arc scored by "easy" (tests check every lighteval task name).
+METRIC_NAMES: frozenset[str] = frozenset({
+    "acc", "acc_norm", "acc_mutual_info", "mc1", "mc2", "exact_match", "em", "qem", "quasi_em", "pem", "pqem",
+    "f1", "quasi_exact_match", "prefix_exact_match", "prefix_quasi_exact_match", "extractive_match",
+    "loglikelihood_acc", "loglikelihood_acc_norm", "loglikelihood_acc_norm_nospace",
+    "loglikelihood_acc_norm_single_token",
+    "loglikelihood_acc_single_token", "loglikelihood_f1", "truthfulqa_mc1", "truthfulqa_mc2", "mcc", "brier_score",
+    "prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "inst_level_loose_acc",
+    "expr_gold_metric", "gpqa_instruct_metric", "gpqa_instruct_pass_at_1_1n",
+    "multi_f1_numeric", "target_perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte",
+}) | frozenset(m for _, metrics in DEFAULT_SETTINGS.values() for m in metrics)
+
 _VARIANT_RE = re.compile(r"^(?P<base>.+?)@(?P<shots>\d+)shot(?::(?P<metric>[^:@]+))?$"
                          r"|^(?P<base2>.+?):(?P<metric2>[^:@|]+)$")
 
-#: lighteval suites that prefix task names (``leaderboard|mmlu:anatomy|5``)
-_LIGHTEVAL_SUITES = frozenset({"lighteval", "leaderboard", "harness", "helm", "original", "custom", "community",
-                               "extended", "bigbench", "test"})
-_MMLU_SUBJECT_SET = frozenset(MMLU_SUBJECTS)
 
 _ALIAS_TO_CANONICAL = {alias.lower(): canonical for canonical, aliases in LEADERBOARD_ALIASES.items()
                        for alias in aliases}
@@ -150,45 +160,9 @@ def split_variant(name: str) -> tuple[str, int | None, str | None]:
         return name, None, None
     if m["base"] is not None:
         return m["base"], int(m["shots"]), m["metric"]
+    if m["metric2"] not in METRIC_NAMES:  # a task name with a colon (lighteval ``arc:easy``), not a variant
+        return name, None, None
     return m["base2"], None, m["metric2"]
-
-
-def task_benchmark(task: str) -> tuple[str, str | None]:
-    """A harness task name -> (base benchmark, item-id prefix), for every harness and version.
-
-    MMLU subjects (``mmlu_anatomy``, ``hendrycksTest-anatomy``, lighteval ``mmlu:anatomy``) ->
-    ("mmlu", "anatomy"); leaderboard v2 subtasks (``leaderboard_bbh_navigate``) -> ("bbh", "navigate");
-    lighteval keys lose their suite and shot count (``leaderboard|arc:challenge|25`` -> ("arc", None));
-    anything else -> (:func:`canonical_benchmark` of the name, None). Item ids are then
-    ``<prefix>.<doc_id>`` so the subtasks of one benchmark never collide.
-    """
-    name = task.strip()
-    parts = name.split("|")
-    if len(parts) >= 2 and parts[-1].strip().isdigit():  # lighteval "suite|task|nshot" / "task|nshot"
-        parts = parts[:-1]
-    if len(parts) == 2 and parts[0].lower() in _LIGHTEVAL_SUITES:
-        parts = parts[1:]
-    name = "|".join(parts)
-    low = name.lower()
-    if low.startswith(("mmlu_pro", "mmlu-pro", "leaderboard_mmlu_pro")):
-        return "mmlu_pro", None
-    for prefix in ("mmlu_", "hendrycks_test-", "hendryckstest-", "mmlu:"):
-        if low.startswith(prefix) and len(name) > len(prefix):
-            subject = name[len(prefix):]
-            if subject.lower() in _MMLU_SUBJECT_SET:
-                return "mmlu", subject.lower()
-            if prefix == "mmlu:" and not subject.startswith("_"):
-                return "mmlu", subject
-    for bench, (group, prefix, suffix, subtasks) in V2_GROUPS.items():
-        if low == group:
-            return bench, None
-        if low.startswith(prefix):
-            sub = name[len(prefix):]
-            if suffix and sub.endswith(suffix):
-                sub = sub[: -len(suffix)]
-            if sub in subtasks:
-                return bench, sub
-    return canonical_benchmark(name), None
 
 
 def canonical_benchmark(name: object) -> str:
@@ -215,11 +189,7 @@ def canonical_benchmark(name: object) -> str:
     key = re.sub(r"\|\d+$", "", key)
     if key in _ALIAS_TO_CANONICAL:
         return _ALIAS_TO_CANONICAL[key]
-    if key.startswith("mmlu_pro") or key.startswith("mmlu-pro"):
-        return stripped  # MMLU-Pro is a different benchmark, not an MMLU subject
-    if key.startswith(("mmlu_", "hendrycks_test-", "harness|hendrycks_test-", "harness|hendryckstest-")):
-        return "mmlu"
-    return stripped
+    return stripped  # exact aliases only: a task of a benchmark is sparseeval.tasks' job, never a prefix
 
 
 #: the joint predictor's name: its published folder, its DuckDB benchmark key (and ``<name>/<output>``

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from sparseeval.benchmarks import BenchmarkNameError, canonical_benchmark, variant_name
+from sparseeval.benchmarks import BenchmarkNameError, variant_name
 from sparseeval.readers.base import (
     MODELS_SCHEMA,
     RESPONSES_SCHEMA,
@@ -23,6 +23,7 @@ from sparseeval.readers.base import (
     InputError,
     ParsedResults,
 )
+from sparseeval.tasks import task_benchmark
 
 #: longest id (model, benchmark, item) accepted; longer ones are almost always a parsing accident
 MAX_ID_LENGTH = 512
@@ -152,14 +153,33 @@ def _check_ids(frame: pl.DataFrame, columns: tuple[str, ...], path: Path) -> pl.
 
 
 def _canonical_benchmarks(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
-    """Fold benchmark spellings onto canonical names (one call per distinct name, not per row)."""
+    """Fold benchmark spellings onto canonical names (one call per distinct name, not per row).
+
+    A name that is a subtask of a benchmark (``mmlu_anatomy``, ``leaderboard_bbh_navigate``; see
+    :mod:`sparseeval.tasks`) folds into that benchmark with the subtask kept in the item id
+    (``anatomy.<id>``), as the harness readers store it. A score row of a subtask is refused: one
+    subject's score is not the benchmark's."""
     mapping: dict[str, str] = {}
+    prefixes: dict[str, str] = {}
     for name in frame.get_column("benchmark").unique().to_list():
         try:
-            mapping[name] = canonical_benchmark(name)
+            bench, prefix = task_benchmark(name)
         except BenchmarkNameError as exc:
             line, _, _ = _where(frame, pl.col("benchmark") == name)
             raise InputError(path, str(exc), line=line, column="benchmark") from None
+        mapping[name] = bench
+        if prefix is not None:
+            prefixes[name] = prefix
+    if prefixes and "item_id" not in frame.columns:
+        name = sorted(prefixes)[0]
+        line, _, _ = _where(frame, pl.col("benchmark") == name)
+        raise InputError(path, f"benchmark {name!r} is the subtask {prefixes[name]!r} of {mapping[name]!r}: its "
+                               f"score is not a {mapping[name]} score (give the {mapping[name]} score, or the "
+                               "per-item responses)", line=line, column="benchmark")
+    if prefixes:
+        prefix = pl.col("benchmark").replace_strict(prefixes, default=None, return_dtype=pl.String)
+        frame = frame.with_columns(pl.when(prefix.is_not_null()).then(prefix + "." + pl.col("item_id"))
+                                   .otherwise(pl.col("item_id")).alias("item_id"))
     return frame.with_columns(pl.col("benchmark").replace_strict(mapping, return_dtype=pl.String))
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sparseeval.benchmarks import MMLU_SUBJECTS, task_benchmark
+from sparseeval.benchmarks import MMLU_SUBJECTS
 from sparseeval.readers.base import InputError
 from sparseeval.readers.detect import detect_format, discover, iter_sources, read_source
+from sparseeval.tasks import task_benchmark
 from tests.fixtures.formats import (
     LFS_POINTER_TEXT,
     LIGHTEVAL_DATE_ID,

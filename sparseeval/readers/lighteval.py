@@ -70,7 +70,7 @@ def split_task_key(key: str) -> tuple[str, int | None]:
 def leaderboard_task(path: Path, key: str) -> tuple[str, str | None]:
     """``harness|hendrycksTest-anatomy|5`` -> ("mmlu", "anatomy"); ``harness|arc:challenge|25`` -> ("arc",
     None); ``mmlu:anatomy|5`` -> ("mmlu", "anatomy"); ``gsm8k_test|0`` -> ("gsm8k_test", None)."""
-    return safe_task_benchmark(path, key)
+    return safe_task_benchmark(path, key, HARNESS)
 
 
 def group_task(key: str, subject: str | None) -> str:
@@ -145,6 +145,10 @@ def scores_from_results(path: Path, data: dict[str, Any], model: str, date_id: s
                 continue
             value = sum(by_subject[s] for s in MMLU_SUBJECTS) / len(MMLU_SUBJECTS)
             key = group_task(key, entries[0][4])
+        elif entries[0][4] is not None:  # gpqa:diamond is one subtask: the benchmark is their group
+            notes.append(PartNote(f"{path}: {bench}", "skipped", f"{bench} is the group of its subtasks; "
+                                  f"{', '.join(e[0] for e in entries)} alone give no {bench} score: not stored"))
+            continue
         elif len(entries) > 1:
             notes.append(PartNote(f"{path}: {bench}", "refused", "several tasks give benchmark "
                                   f"{bench} ({', '.join(e[0] for e in entries)}): score not stored"))

@@ -34,7 +34,7 @@ from typing import Any
 
 import polars as pl
 
-from sparseeval.benchmarks import MMLU_SUBJECTS, V2_GROUPS, canonical_benchmark, task_benchmark
+from sparseeval.benchmarks import MMLU_SUBJECTS, V2_GROUPS, canonical_benchmark
 from sparseeval.readers.base import (
     MODELS_SCHEMA,
     RESPONSES_SCHEMA,
@@ -44,6 +44,7 @@ from sparseeval.readers.base import (
     ParsedResults,
     PartNote,
 )
+from sparseeval.tasks import TRUTHFULQA_SIBLINGS, harness_group, is_group, means_leaderboard, task_benchmark
 
 #: The metric the Open LLM Leaderboard used per canonical benchmark (first one present wins), with the
 #: names lighteval gives the same numbers. Any other task uses the first score metric of its own list.
@@ -148,9 +149,10 @@ def safe_benchmark(path: Path, name: str) -> str:
         raise InputError(path, f"bad task name {name!r}: {exc}") from exc
 
 
-def safe_task_benchmark(path: Path, name: str) -> tuple[str, str | None]:
+def safe_task_benchmark(path: Path, name: str, harness: str | None = None) -> tuple[str, str | None]:
+    """:func:`sparseeval.tasks.task_benchmark`, with bad names reported against the file."""
     try:
-        return task_benchmark(name)
+        return task_benchmark(name, harness)
     except ValueError as exc:
         raise InputError(path, f"bad task name {name!r}: {exc}") from exc
 
@@ -420,8 +422,7 @@ def _parents(group_subtasks: Mapping[str, list[str]]) -> dict[str, str]:
 
 def _skip_reason(task: str, benchmark: str, available: Sequence[str]) -> str | None:
     """Why a task is deliberately not stored (the truthfulqa family beyond mc2, generative metrics)."""
-    low = task.lower()
-    if low.startswith("truthfulqa") and benchmark != "truthfulqa":
+    if task in TRUTHFULQA_SIBLINGS:
         gen = next((m for m in available if not is_score_metric(m)), None)
         if gen is not None:
             return f"generative metric {gen} is not a score: truthfulqa uses mc2"
@@ -435,20 +436,22 @@ def plan_task(path: Path, task: str, run: Run | None, sample_metrics: Sequence[s
               sample_filters: Sequence[str]) -> TaskPlan | str:
     """Decide benchmark, item prefix, metric and filter for one task (or return why it is skipped).
 
-    Benchmark: :func:`~sparseeval.benchmarks.task_benchmark` (MMLU subjects, leaderboard v2 subtasks,
+    Benchmark: :func:`sparseeval.tasks.task_benchmark` (MMLU subjects, leaderboard v2 subtasks,
     truthfulqa_mc2...); an unknown subtask whose parent group reports an aggregate and contains only
-    tasks folds into that group (ids ``<subtask>.<doc_id>``); anything else is its own benchmark.
+    tasks folds into that group, its ids ``<subtask>.<doc_id>`` with the whole subtask name (so two
+    subtasks never share an id), unless the group's name reads as a leaderboard benchmark it is not
+    (lm-eval's own ``bbh`` CoT group is not the leaderboard's ``bbh``); anything else is its own benchmark.
     """
-    benchmark, prefix = safe_task_benchmark(path, task)
+    benchmark, prefix = safe_task_benchmark(path, task, HARNESS)
     group = None
     if run is not None and prefix is None and benchmark == task:
         parent = _parents(run.group_subtasks).get(task)
-        if parent is not None:
+        if parent is not None and not means_leaderboard(parent):
             siblings = run.group_subtasks.get(parent, [])
             leaf_only = not any(s in run.groups for s in siblings)
             if leaf_only and _metric_keys(run.results.get(parent, {})):
                 benchmark = safe_benchmark(path, parent)
-                prefix = task[len(parent) + 1:] if task.startswith(parent + "_") else task
+                prefix = task
                 group = parent
     config = run.configs.get(task, {}) if run is not None else {}
     declared = [m["metric"] for m in config.get("metric_list") or []
@@ -743,12 +746,7 @@ class _TaskRows:
 
 
 def _is_group(run: Run, key: str) -> bool:
-    if key in run.groups:
-        return True
-    bench, prefix = task_benchmark(key) if key.strip() else (key, None)
-    if bench == "mmlu" and prefix is None:
-        return True  # mmlu, mmlu_stem, hendrycksTest (0.4.0 has no group_subtasks)
-    return bench in V2_GROUPS and prefix is None
+    return key in run.groups or is_group(key)  # the harness' groups: 0.4.0 has no group_subtasks
 
 
 def _mean_checkable(run: Run, task: str, metric: str) -> bool:
@@ -831,10 +829,10 @@ def read_run(run: Run, model: str, skip_tasks: set[str], samples_only: bool = Fa
             limit=run.limited(task), **base))
 
     scores: list[dict[str, Any]] = []
-    by_bench: dict[str, list[_TaskRows]] = {}
-    for entry in rows.values():
-        by_bench.setdefault(entry.plan.benchmark, []).append(entry)
-    for bench, members in by_bench.items() if not samples_only else ():
+    by_bench: dict[tuple[str, str | None], list[_TaskRows]] = {}
+    for entry in rows.values():  # per metric too: leaderboard_mmlu_pro (acc) is not lm-eval's mmlu_pro (CoT)
+        by_bench.setdefault((entry.plan.benchmark, entry.plan.metric), []).append(entry)
+    for (bench, _), members in by_bench.items() if not samples_only else ():
         row, note = _score(run, bench, members, where)
         if note is not None:
             notes.append(note)
@@ -851,11 +849,9 @@ def benchmark_task(run: Run, plan: TaskPlan) -> str:
         return plan.task
     if plan.group is not None:
         return plan.group
-    if plan.benchmark in V2_GROUPS:
-        return V2_GROUPS[plan.benchmark][0]
     if plan.benchmark == "mmlu":
-        return "hendrycksTest" if plan.task.lower().startswith("hendrycks") else "mmlu"
-    return plan.benchmark
+        return "hendrycksTest" if plan.task == f"hendrycksTest-{plan.prefix}" else "mmlu"
+    return harness_group(plan.benchmark) or plan.benchmark
 
 
 def _reason(exc: InputError) -> str:
@@ -890,8 +886,8 @@ def _score(run: Run, bench: str, members: list[_TaskRows], where: str | None
         value: float | None = sum(values[s] for s in MMLU_SUBJECTS) / len(MMLU_SUBJECTS)  # type: ignore[misc]
         key = benchmark_task(run, plan)
         n_shot = run.n_shot(key) if key in run.results else run.n_shot(subjects[MMLU_SUBJECTS[0]].plan.task)
-    elif bench in V2_GROUPS or plan.group is not None:
-        key = V2_GROUPS[bench][0] if bench in V2_GROUPS else plan.group  # type: ignore[assignment]
+    elif any(m.plan.prefix is not None for m in members):  # a benchmark of subtasks: its group's aggregate
+        key = plan.group or harness_group(bench) or bench
         value = _aggregate(run.results.get(key, {}), metric, filt)
         if value is None and bench in V2_GROUPS:  # 24 separate tasks: the group's size-weighted mean
             value = _weighted_mean(run, bench, members, metric, filt)

@@ -20,11 +20,12 @@ import numpy as np
 import polars as pl
 
 from sparseeval import settings
-from sparseeval.benchmarks import BenchmarkNameError, canonical_benchmark
+from sparseeval.benchmarks import BenchmarkNameError
 from sparseeval.readers.base import RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError, ParsedResults
 from sparseeval.readers.detect import detect_format
 from sparseeval.readers.long import long_format, read_long_file
 from sparseeval.store.connection import _run
+from sparseeval.tasks import task_benchmark
 from sparseeval.validation import BAD_ID_CHARS, MAX_ID_LENGTH, validate_results
 
 _BAD_ID = re.compile(BAD_ID_CHARS)
@@ -172,9 +173,12 @@ def bulk_long(path: Path) -> _BulkLong | None:
         if not all(_clean_id(b) for b in names):
             return None
         try:
-            canonical = {b: canonical_benchmark(b) for b in names}
+            mapped = {b: task_benchmark(b) for b in names}
         except BenchmarkNameError:
             return None
+        if any(prefix is not None for _, prefix in mapped.values()):
+            return None  # a subtask name (mmlu_anatomy): its item ids take the subtask, the validator does that
+        canonical = {b: bench for b, (bench, _) in mapped.items()}
         if len(set(canonical.values())) != len(canonical):
             return None
         if _has_duplicates(con, raw, [g[2] for g in groups if not g[3]], len(pairs)):
