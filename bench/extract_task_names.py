@@ -100,6 +100,7 @@ def lm_eval_release(repo: Path, tag: str) -> dict[str, Any]:
         return {**base, **{k: v for k, v in data.items() if k != "include"}}
 
     tasks: set[str] = set()
+    inline: set[str] = set()  # ``- task: name`` entries of a group: a new task, or a reference with overrides
     groups: dict[str, list[str]] = {}
     tags: dict[str, set[str]] = {}
     for path in parsed:
@@ -114,13 +115,14 @@ def lm_eval_release(repo: Path, tag: str) -> dict[str, Any]:
                     members.append(entry)
                 elif isinstance(entry, dict) and isinstance(entry.get("task"), str):
                     members.append(entry["task"])
-                    tasks.add(entry["task"])
+                    inline.add(entry["task"])
             groups.setdefault(group, [])
             groups[group] += [m for m in members if m not in groups[group]]
         elif isinstance(task, str):
             tasks.add(task)
             for name in _as_list(config.get("tag")) + _as_list(group):
                 tags.setdefault(name, set()).add(task)
+    tasks |= {t for t in inline if t not in groups and t not in tags}  # references name a group or tag
     return {"tasks": sorted(tasks), "groups": {g: groups[g] for g in sorted(groups)},
             "tags": {t: sorted(m) for t, m in sorted(tags.items())}}
 

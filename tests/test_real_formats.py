@@ -303,3 +303,100 @@ def test_discover_guarantees(tmp_path: Path) -> None:
     formats = {u.name: read_source(u).format for u in units if u != src}
     assert formats == {"api.json": "lm-eval-python-api", "details_x.parquet": "long", "results_x.csv": "long",
                        "org__tqa-3b": "lm-eval-0.4.3+"}
+
+
+# ---------------------------------------------------- issue 21: real folders through the store
+
+
+def _stored(folder: Path, db: Path) -> dict[str, tuple[float, int | None, str]]:
+    """Ingest ``folder`` through the real store into a fresh DuckDB; benchmark -> (score, n_shot, task)."""
+    from sparseeval.store import Store
+
+    store = Store(db)
+    report = store.ingest(folder)
+    assert report.ok, [(f.path, f.status, f.reason) for f in report.files]
+    rows = store.query("SELECT s.benchmark, s.score, u.n_shot, u.task FROM scores s JOIN runs u USING (run_id)").rows()
+    assert len({r[0] for r in rows}) == len(rows)
+    return {b: (s, n, t) for b, s, n, t in rows}
+
+
+def _mmlu_mean(results: dict) -> float:
+    """The leaderboard's MMLU: the unweighted mean of the 57 subjects' accuracies, as written in the file."""
+    return sum(results[f"mmlu_{s}"]["acc,none"] for s in MMLU_SUBJECTS) / len(MMLU_SUBJECTS)
+
+
+def test_real_lm_eval_mmlu_57_subjects_no_phantom_mmlu_pro(tmp_path: Path) -> None:
+    """The reported bug on a file published by others (lm-eval PR 2809, Qwen2.5-1.5B, README): its 4
+    ``mmlu_professional_*`` subjects were taken for MMLU-Pro by prefix, so a phantom ``mmlu_pro`` score
+    (= professional_law's accuracy) was stored and MMLU refused as "53 subjects present"."""
+    folder = REAL / "lm_eval_pr2809_qwen" / "Qwen__Qwen2.5-1.5B"
+    raw = json.loads(next(folder.glob("results_*.json")).read_text())["results"]
+    assert {f"mmlu_{s}" for s in MMLU_SUBJECTS} <= raw.keys() and "mmlu_professional_law" in raw
+    parsed = read_source(folder)
+    assert [(n.status, n.reason) for n in parsed.notes] == [("skipped", "generative metric mcc is not a score")]
+    got = _stored(folder, tmp_path / "s.duckdb")
+    assert not any(b.startswith("mmlu_pro") for b in got)
+    # 0-shot runs: the leaderboard benchmarks are stored as their 0-shot variants, never as the plain name
+    expected = {"arc@0shot": raw["arc_challenge"]["acc_norm,none"],
+                "hellaswag@0shot": raw["hellaswag"]["acc_norm,none"],
+                "winogrande@0shot": raw["winogrande"]["acc,none"], "mmlu@0shot": _mmlu_mean(raw),
+                "arc_easy": raw["arc_easy"]["acc,none"]}  # arc_easy is not arc
+    expected |= {t: raw[t]["acc,none"] for t in ("lambada_openai", "mnli", "mnli_mismatch", "mrpc", "piqa", "qnli",
+                                                  "qqp", "rte", "sciq", "sst2", "wnli")}
+    assert {b: s for b, (s, _, _) in got.items()} == pytest.approx(expected, abs=1e-12)
+    assert got["mmlu@0shot"][1:] == (0, "mmlu") and got["arc@0shot"][1:] == (0, "arc_challenge")
+    assert round(got["mmlu@0shot"][0], 6) == 0.613236
+
+
+def test_lm_eval_0_4_2_layout_of_the_same_run(tmp_path: Path) -> None:
+    """The same real numbers in the 0.4.0-0.4.2 layout (``results.json``: no ``n-samples``, no
+    ``model_name``), as the issue reported it: MMLU with its 57 subjects, no mmlu_pro."""
+    source = json.loads(next((REAL / "lm_eval_pr2809_qwen" / "Qwen__Qwen2.5-1.5B").glob("results_*.json")).read_text())
+    keep = ("results", "groups", "group_subtasks", "versions", "n-shot", "config", "git_hash", "date")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps({k: source[k] for k in keep}))
+    parsed = read_source(folder)
+    assert parsed.format == "lm-eval-0.4.0"
+    got = _stored(folder, tmp_path / "s.duckdb")
+    assert got["mmlu@0shot"][0] == pytest.approx(_mmlu_mean(source["results"]), abs=1e-12)
+    assert not any(b.startswith("mmlu_pro") for b in got)
+
+
+def test_real_lm_eval_results_dump_of_a_script(tmp_path: Path) -> None:
+    """lm-eval PR 2809's rwkv7 run (README): a script's own JSON of simple_evaluate's ``results`` (``model``,
+    ``tasks``, ``num_fewshot``, ``results``), MMLU only."""
+    folder = REAL / "lm_eval_pr2809_rwkv7" / "VisualRWKV__rwkv7-pile"
+    raw = json.loads(next(folder.glob("*.json")).read_text())
+    got = _stored(folder, tmp_path / "s.duckdb")
+    assert got == {"mmlu@0shot": (pytest.approx(_mmlu_mean(raw["results"]), abs=1e-12), 0, "mmlu")}
+
+
+def test_real_lm_eval_translated_leaderboard_task_is_its_own_benchmark(tmp_path: Path) -> None:
+    """lm-eval PR 2232 (README): ``leaderboard_arabic_copa_light`` is an Arabic leaderboard's task, not a v2
+    group nor a leaderboard benchmark."""
+    folder = REAL / "lm_eval_pr2232_arabic" / "TinyLlama__TinyLlama-1.1B-Chat-v1.0"
+    raw = json.loads(next(folder.glob("results_*.json")).read_text())["results"]
+    got = _stored(folder, tmp_path / "s.duckdb")
+    assert got == {"leaderboard_arabic_copa_light": (raw["leaderboard_arabic_copa_light"]["acc,none"], 0,
+                                                     "leaderboard_arabic_copa_light")}
+
+
+def test_real_lm_eval_0_3_llama_folder(tmp_path: Path) -> None:
+    """EleutherAI's own published llama-7B results (lm-eval ``results/llama/llama-7B``, README): MMLU split
+    per subject (``hendrycksTest-*``, 5-shot), xwinograd in six languages, common-sense tasks, 0-shot."""
+    folder = REAL / "lm_eval_results_2023_llama"
+    raw: dict = {}
+    for file in sorted(folder.glob("*.json")):
+        raw |= json.loads(file.read_text())["results"]
+    got = _stored(folder, tmp_path / "s.duckdb")
+    mmlu = sum(raw[f"hendrycksTest-{s}"]["acc"] for s in MMLU_SUBJECTS) / len(MMLU_SUBJECTS)
+    expected = {"mmlu": (mmlu, 5, "hendrycksTest"), "arc@0shot": (raw["arc_challenge"]["acc_norm"], 0, "arc_challenge"),
+                "hellaswag@0shot": (raw["hellaswag"]["acc_norm"], 0, "hellaswag"),
+                "winogrande@0shot": (raw["winogrande"]["acc"], 0, "winogrande"),
+                "arc_easy": (raw["arc_easy"]["acc"], 0, "arc_easy")}
+    expected |= {f"xwinograd_{lang}": (raw[f"xwinograd_{lang}"]["acc"], 0, f"xwinograd_{lang}")
+                 for lang in ("en", "fr", "jp", "pt", "ru", "zh")}  # not winogrande
+    assert {b: got[b][1:] for b in expected} == {b: e[1:] for b, e in expected.items()}
+    assert {b: got[b][0] for b in expected} == pytest.approx({b: e[0] for b, e in expected.items()}, abs=1e-12)
+    assert set(got) - set(expected) == {"boolq", "copa", "mc_taco", "openbookqa", "piqa", "prost", "swag", "wsc273"}

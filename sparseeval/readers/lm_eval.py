@@ -380,7 +380,8 @@ class Run:
     def n_shot(self, task: str) -> int | None:
         for value in ((self.data.get("n-shot") or {}).get(task),
                       (self.configs.get(task) or {}).get("num_fewshot"),
-                      (self.data.get("config") or {}).get("num_fewshot")):
+                      (self.data.get("config") or {}).get("num_fewshot"),
+                      self.data.get("num_fewshot")):  # a script's own dump of simple_evaluate's results
             if isinstance(value, int | float) and not isinstance(value, bool):
                 return int(value)
             if isinstance(value, str) and value.isdigit():
@@ -885,7 +886,9 @@ def _score(run: Run, bench: str, members: list[_TaskRows], where: str | None
                                                    f"({len(present & set(MMLU_SUBJECTS))} present): not stored")
         value: float | None = sum(values[s] for s in MMLU_SUBJECTS) / len(MMLU_SUBJECTS)  # type: ignore[misc]
         key = benchmark_task(run, plan)
-        n_shot = run.n_shot(key) if key in run.results else run.n_shot(subjects[MMLU_SUBJECTS[0]].plan.task)
+        n_shot = run.n_shot(key) if key in run.results else None
+        if n_shot is None:  # the mmlu group has no n-shot entry of its own (0.4.3+): its subjects' count
+            n_shot = run.n_shot(subjects[MMLU_SUBJECTS[0]].plan.task)
     elif any(m.plan.prefix is not None for m in members):  # a benchmark of subtasks: its group's aggregate
         key = plan.group or harness_group(bench) or bench
         value = _aggregate(run.results.get(key, {}), metric, filt)
