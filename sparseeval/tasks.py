@@ -11,9 +11,10 @@ any other family (``mmlu_de_llama_*``, ``mmlu_flan_*``) folded into MMLU with co
   subjects in lm-eval) maps to (benchmark, subtask): its item ids become ``<subtask>.<doc_id>``, so the
   items of two subtasks never merge.
 * A whole-benchmark task maps to (benchmark, None).
-* Anything else keeps its own name: (task, None). A lighteval task of a suite that is not the
-  leaderboard's (``helm|truthfulqa``, ``original|mmlu:anatomy``) keeps its suite when its bare name
-  would otherwise read as a leaderboard benchmark: HELM's truthfulqa is not the leaderboard's.
+* Anything else keeps its own name: (task, None). A lighteval task keeps its suite
+  (``helm|truthfulqa``, ``original|mmlu:anatomy``, ``harness|bigbench:navigate``) unless the suite is
+  lighteval's default one: two suites define different tasks under one name, and HELM's truthfulqa is
+  not the leaderboard's.
 
 The n-shot count and metric are not part of the name: :func:`sparseeval.benchmarks.variant_name` turns a
 run under other settings into a variant (``arc@0shot``, ``mmlu_pro:exact_match``) of the benchmark given
@@ -37,7 +38,10 @@ MMLU_CATEGORIES: tuple[str, ...] = ("mmlu_stem", "mmlu_humanities", "mmlu_other"
 
 #: lighteval suites whose tasks are the leaderboard's (v1 details ``harness|...``, ``leaderboard|...``) or
 #: lighteval's own defaults; from 0.11 the keys carry no suite ("").
-MAPPED_SUITES = frozenset({"", "leaderboard", "lighteval", "harness"})
+MAPPED_SUITES = frozenset({"", "leaderboard", "lighteval", "harness", "extended"})
+#: suites whose other tasks are stored under their bare name (lighteval's default suite, which 0.11+ keys
+#: drop, so ``lighteval|arc:easy|0`` and ``arc:easy|0`` meet); other suites keep ``suite|task``
+OWN_NAME_SUITES = frozenset({"", "lighteval"})
 #: every suite lighteval's tables use (a key's first field is a suite only when it is one of these)
 LIGHTEVAL_SUITES = MAPPED_SUITES | frozenset({"helm", "original", "custom", "community", "extended", "bigbench",
                                              "bigbench_lite", "bigbench_json", "test"})
@@ -137,10 +141,11 @@ def task_benchmark(task: str, harness: str | None = None) -> tuple[str, str | No
         suite, bare, _ = split_lighteval_key(name)
         if suite in MAPPED_SUITES and bare in LIGHTEVAL_TASKS:
             return LIGHTEVAL_TASKS[bare]
-        if bare != name or suite:
-            if suite and suite not in MAPPED_SUITES and means_leaderboard(bare):
-                return canonical_benchmark(f"{suite}|{bare}"), None  # helm|truthfulqa is not truthfulqa
-            name = bare
+        if suite and (suite not in OWN_NAME_SUITES or means_leaderboard(bare)):
+            # two suites define different tasks under one name (helm|blimp:x, lighteval|blimp:x), and
+            # lighteval|gpqa or helm|truthfulqa are not the leaderboard's gpqa / truthfulqa: keep the suite
+            return canonical_benchmark(f"{suite}|{bare}"), None
+        name = bare
     return canonical_benchmark(name), None
 
 
