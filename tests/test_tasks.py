@@ -169,3 +169,96 @@ def test_group_subtask_item_ids_round_trip(tag: str) -> None:
             assert back.setdefault(key, task) == task, (group, task, back[key])
             item = f"{key[1]}.17"
             assert item.rsplit(".", 1)[0] == key[1]
+
+
+# ------------------------------------------------------------------ through the readers and the store
+
+
+def _write_group_run(folder: Path, group: str, subtasks: dict[str, list[float]]) -> Path:
+    """A 0.4.3+ run of a user's group whose subtasks' samples have the same doc ids."""
+    from tests.fixtures.formats import _config, _entry, _mc_sample, _write_jsonl
+
+    folder.mkdir(parents=True)
+    date = "2025-01-02T03-04-05.000001"
+    for task, values in subtasks.items():
+        _write_jsonl(folder / f"samples_{task}_{date}.jsonl", [_mc_sample(d, {"acc": v}) for d, v in enumerate(values)])
+    every = [v for values in subtasks.values() for v in values]
+    data = {
+        "results": {group: _entry(group, acc__none=sum(every) / len(every)),
+                    **{t: _entry(t, acc__none=sum(v) / len(v)) for t, v in subtasks.items()}},
+        "groups": {group: _entry(group, acc__none=sum(every) / len(every))},
+        "group_subtasks": {group: list(subtasks), **{t: [] for t in subtasks}},
+        "configs": {t: _config(t, ["acc"]) for t in subtasks},
+        "n-shot": {t: 0 for t in subtasks},
+        "n-samples": {t: {"original": len(v), "effective": len(v)} for t, v in subtasks.items()},
+        "config": {"model": "hf", "model_args": "pretrained=org/m", "limit": None},
+        "date": 1735787045.0, "model_name": "org/m", "lm_eval_version": "0.4.7",
+    }
+    (folder / f"results_{date}.json").write_text(json.dumps(data))
+    return folder
+
+
+def test_group_subtasks_never_share_an_item_id(tmp_path: Path) -> None:
+    """A group holding ``quiz_a`` and ``a``: with the group's name cut off both were items ``a.<doc>``, and
+    the second task's answers counted as already stored. The whole subtask name keeps them apart."""
+    from sparseeval.readers.detect import read_source
+
+    folder = _write_group_run(tmp_path / "org__m", "quiz", {"quiz_a": [1.0, 0.0], "a": [0.0, 0.0]})
+    parsed = read_source(folder)
+    rows = sorted(parsed.responses.select("benchmark", "item_id", "score").rows())
+    assert rows == [("quiz", "a.0", 0.0), ("quiz", "a.1", 0.0), ("quiz", "quiz_a.0", 1.0), ("quiz", "quiz_a.1", 0.0)]
+    assert {item.rsplit(".", 1)[0] for _, item, _ in rows} == {"quiz_a", "a"}  # each id names its subtask
+
+
+def test_lm_eval_own_bbh_group_is_not_the_leaderboard_bbh(tmp_path: Path) -> None:
+    """lm-eval's ``bbh`` group (CoT, 27 tasks) shares its name with the leaderboard's ``bbh``; its tasks
+    are not the v2 group's, so each stays its own benchmark."""
+    from sparseeval.readers.detect import read_source
+
+    folder = _write_group_run(tmp_path / "org__m", "bbh", {"bbh_cot_fewshot_navigate": [1.0, 0.0],
+                                                          "bbh_cot_fewshot_snarks": [1.0, 1.0]})
+    parsed = read_source(folder)
+    assert set(parsed.responses["benchmark"]) == {"bbh_cot_fewshot_navigate", "bbh_cot_fewshot_snarks"}
+    assert set(parsed.scores["benchmark"]) == {"bbh_cot_fewshot_navigate", "bbh_cot_fewshot_snarks"}
+
+
+def test_long_table_subtask_names_keep_the_subtask_in_the_item_id(tmp_path: Path) -> None:
+    from sparseeval.readers.base import InputError
+    from sparseeval.store import Store
+
+    rows = ["model,benchmark,item_id,correct"]
+    rows += [f"m{m},{b},{i},{(m + i) % 2}" for m in range(3)
+             for b in ("mmlu_anatomy", "mmlu_professional_law", "arc_easy") for i in range(2)]
+    table = tmp_path / "responses.csv"
+    table.write_text("\n".join(rows) + "\n")
+    store = Store(tmp_path / "s.duckdb")
+    assert store.ingest(table).ok
+    stored = store.query("SELECT DISTINCT benchmark, item_id FROM responses ORDER BY 1, 2").rows()
+    assert stored == [("arc_easy", "0"), ("arc_easy", "1"), ("mmlu", "anatomy.0"), ("mmlu", "anatomy.1"),
+                      ("mmlu", "professional_law.0"), ("mmlu", "professional_law.1")]
+    scores = tmp_path / "scores" / "scores.csv"
+    scores.parent.mkdir()
+    scores.write_text("model,benchmark,score\nm0,mmlu_anatomy,0.5\n")
+    from sparseeval.readers.detect import read_source
+    from sparseeval.validation import validate_results
+
+    with pytest.raises(InputError, match="subtask 'anatomy' of 'mmlu': its score is not a mmlu score"):
+        validate_results(read_source(scores), scores)
+
+
+def test_lighteval_suites_and_subtasks_through_the_reader(tmp_path: Path) -> None:
+    from sparseeval.readers.detect import read_source
+
+    results = tmp_path / "org" / "m" / "results_2025-01-02T03-04-05.000001.json"
+    results.parent.mkdir(parents=True)
+    results.write_text(json.dumps({"config_general": {"model_name": "org/m", "lighteval_sha": "abc"}, "results": {
+        "leaderboard|truthfulqa:mc|0": {"truthfulqa_mc1": 0.3, "truthfulqa_mc2": 0.45},
+        "helm|truthfulqa|0": {"em": 0.2}, "lighteval|truthfulqa:gen|0": {"bleu_max": 20.0, "rouge1_acc": 0.4},
+        "lighteval|gpqa:diamond|0": {"extractive_match": 0.3}, "lighteval|arc:easy|0": {"acc": 0.7}}}))
+    parsed = read_source(results)
+    got = dict(parsed.scores.select("benchmark", "score").rows())
+    # truthfulqa is mc2 of the leaderboard's truthfulqa:mc; HELM's and the generative one are others
+    assert got == {"truthfulqa": 0.45, "helm|truthfulqa": 0.2, "arc:easy": 0.7}
+    assert any(n.part.endswith("lighteval|truthfulqa:gen|0") and n.status == "skipped" for n in parsed.notes)
+    assert ("skipped", "gpqa is the group of its subtasks; lighteval|gpqa:diamond|0 alone give no gpqa score: "
+                       "not stored") in [(n.status, n.reason) for n in parsed.notes]
