@@ -23,9 +23,10 @@ from typing import Any
 import torch
 
 import sparseeval
-from sparseeval.benchmarks import HARNESS_TASKS, V2_GROUPS, split_variant
+from sparseeval.benchmarks import split_variant
 from sparseeval.errors import UserError
 from sparseeval.methods.base import AnchorEstimator
+from sparseeval.tasks import SUBTASK_BENCHMARKS, harness_task
 
 FORMAT = "sparseeval-predictor"
 FORMAT_VERSION = 1
@@ -105,23 +106,22 @@ def harness_location(benchmark: str, item_id: str) -> tuple[str | None, int | No
     """lm-eval task name and doc index of an item.
 
     The benchmark's variant suffix (``arc@0shot``) is a setting, not part of the task name.
-    Leaderboard benchmarks map to their harness task (``arc`` -> ``arc_challenge``); MMLU items
-    ``subject.index`` map to task ``mmlu_<subject>``; leaderboard v2 items ``subtask.index`` to
-    ``leaderboard_<group>_<subtask>``; an item ``<task>.<index>`` of another grouped benchmark to
-    that subtask; any other benchmark is taken to be a harness task of the same name with the item
-    id as doc index (what the lm-eval reader produces).
+    Through :func:`sparseeval.tasks.harness_task`, the inverse of the readers' mapping: leaderboard
+    benchmarks map to their harness task (``arc`` -> ``arc_challenge``); MMLU items ``subject.index`` to
+    task ``mmlu_<subject>``; leaderboard v2 items ``subtask.index`` to ``leaderboard_<group>_<subtask>``,
+    MMLU-Pro's to ``mmlu_pro_<subject>``; an item ``<task>.<index>`` of another grouped benchmark to
+    that subtask (the readers keep the whole subtask name); any other benchmark is taken to be a harness
+    task of the same name with the item id as doc index (what the lm-eval reader produces).
     """
     base = split_variant(benchmark)[0]
     prefix, _, index = item_id.rpartition(".")
-    if base == "mmlu":
-        return (f"mmlu_{prefix}", int(index)) if prefix and index.isdigit() else (None, None)
-    if base in V2_GROUPS:
-        _, task_prefix, suffix, _ = V2_GROUPS[base]
-        return (f"{task_prefix}{prefix}{suffix}", int(index)) if prefix and index.isdigit() else (None, None)
-    if item_id.isdigit():
-        return HARNESS_TASKS.get(base, base), int(item_id)
     if prefix and index.isdigit():
-        return prefix, int(index)
+        task = harness_task(base, prefix)
+        if task is not None:
+            return task, int(index)
+        return (None, None) if base in SUBTASK_BENCHMARKS else (prefix, int(index))
+    if item_id.isdigit() and base != "mmlu":
+        return harness_task(base, None) or base, int(item_id)
     return None, None
 
 

@@ -102,6 +102,8 @@ LM_EVAL_TASKS: dict[str, tuple[str, str | None]] = _lm_eval_tasks()
 LM_EVAL_GROUPS: dict[str, str] = _lm_eval_groups()
 #: lighteval task name (without suite and shot count) -> (benchmark, item prefix), for MAPPED_SUITES
 LIGHTEVAL_TASKS: dict[str, tuple[str, str | None]] = _lighteval_tasks()
+#: benchmarks whose items are all ``<subtask>.<doc>`` of the harness's tasks (or one whole task's docs)
+SUBTASK_BENCHMARKS = frozenset({"mmlu", "mmlu_pro", *V2_GROUPS})
 #: members of lm-eval's ``truthfulqa`` tag besides mc2: deliberately not stored (truthfulqa is mc2)
 TRUTHFULQA_SIBLINGS = frozenset({"truthfulqa_mc1", "truthfulqa_gen", "truthfulqa:gen"})
 
@@ -163,3 +165,20 @@ def is_group(task: str) -> bool:
 def harness_group(benchmark: str) -> str | None:
     """The lm-eval group whose aggregate is ``benchmark``'s score (``bbh`` -> ``leaderboard_bbh``)."""
     return next((g for g, b in LM_EVAL_GROUPS.items() if b == benchmark and g != "hendrycksTest"), None)
+
+
+def _by_space() -> dict[tuple[str, str | None], str]:
+    spaces: dict[tuple[str, str | None], str] = {}
+    for task, space in LM_EVAL_TASKS.items():  # first wins: arc_challenge, mmlu_<subject> (not hendrycksTest-)
+        spaces.setdefault(space, task)
+    return spaces
+
+
+_LM_EVAL_BY_SPACE = _by_space()
+
+
+def harness_task(benchmark: str, prefix: str | None) -> str | None:
+    """The lm-eval task whose items are ``benchmark``'s items ``<prefix>.<doc>`` (the inverse of
+    :func:`task_benchmark`): ("mmlu", "anatomy") -> ``mmlu_anatomy``, ("mmlu_pro", "law") -> ``mmlu_pro_law``,
+    ("arc", None) -> ``arc_challenge``; None where no lm-eval task is the harness's for it."""
+    return _LM_EVAL_BY_SPACE.get((benchmark, prefix))

@@ -262,3 +262,23 @@ def test_lighteval_suites_and_subtasks_through_the_reader(tmp_path: Path) -> Non
     assert any(n.part.endswith("lighteval|truthfulqa:gen|0") and n.status == "skipped" for n in parsed.notes)
     assert ("skipped", "gpqa is the group of its subtasks; lighteval|gpqa:diamond|0 alone give no gpqa score: "
                        "not stored") in [(n.status, n.reason) for n in parsed.notes]
+
+
+@pytest.mark.parametrize("tag", lm_eval_releases())
+def test_every_mapped_task_maps_back_to_itself(tag: str) -> None:
+    """Export writes an item back as (lm-eval task, doc): every task of the release that lands on a
+    leaderboard benchmark comes back as itself (leaderboard_ifeval, the copy of ifeval, as ifeval)."""
+    from sparseeval.artifact import harness_location
+    from sparseeval.tasks import harness_task
+
+    checked = 0
+    for task in releases()["lm-eval"][tag]["tasks"]:
+        bench, prefix = task_benchmark(task, "lm-eval")
+        if bench not in LEADERBOARD:
+            continue
+        back = harness_task(bench, prefix)
+        assert back == task or (task, back) == ("leaderboard_ifeval", "ifeval"), task
+        item = f"{prefix}.7" if prefix is not None else "7"
+        assert harness_location(f"{bench}@0shot", item) == (back, 7)
+        checked += 1
+    assert checked >= 57 + 8
