@@ -102,6 +102,10 @@ LM_EVAL_TASKS: dict[str, tuple[str, str | None]] = _lm_eval_tasks()
 LM_EVAL_GROUPS: dict[str, str] = _lm_eval_groups()
 #: lighteval task name (without suite and shot count) -> (benchmark, item prefix), for MAPPED_SUITES
 LIGHTEVAL_TASKS: dict[str, tuple[str, str | None]] = _lighteval_tasks()
+#: the tasks under lm-eval's ``leaderboard`` group (Open LLM Leaderboard v2): its files' task names
+LEADERBOARD_V2_TASKS: frozenset[str] = frozenset(
+    {"leaderboard_ifeval", "leaderboard_mmlu_pro"}
+    | {f"{prefix}{sub}{suffix}" for _, prefix, suffix, subs in V2_GROUPS.values() for sub in subs})
 #: benchmarks whose items are all ``<subtask>.<doc>`` of the harness's tasks (or one whole task's docs)
 SUBTASK_BENCHMARKS = frozenset({"mmlu", "mmlu_pro", *V2_GROUPS})
 #: members of lm-eval's ``truthfulqa`` tag besides mc2: deliberately not stored (truthfulqa is mc2)

@@ -362,7 +362,14 @@ def test_hub_loader_reads_local_folder_without_network(tmp_path: Path, monkeypat
     assert details_patterns(["arc", "mmlu"]) == [
         "results_*.json", "*/results_*.json", "*details_harness|arc:challenge|25*.parquet",
         "*details_harness|hendrycksTest-*.parquet"]
-    assert details_patterns(["leaderboard_bbh"], layout="v2")[-1] == "*samples_leaderboard_bbh*.jsonl"
+    from fnmatch import fnmatch  # issue 21: exact task names, not a prefix (math_hard files are math_<sub>_hard)
+
+    math = details_patterns(["math_hard"], layout="v2")
+    assert any(fnmatch("org__m/samples_leaderboard_math_algebra_hard_2024-06-01T00-00-00.jsonl", p) for p in math)
+    bbh = details_patterns(["leaderboard_bbh"], layout="v2")
+    assert len(bbh) == 2 + 24 and not any(fnmatch("samples_leaderboard_bbh_x_2024-06-01T00-00-00.jsonl", p)
+                                          for p in bbh)
+    assert details_patterns(["mmlu_pro"], layout="v2")[2:] == ["*samples_leaderboard_mmlu_pro_*.jsonl"]
     with pytest.raises(ValueError, match="no cache_dir"):
         load_details("org/not-a-local-folder")
 

@@ -282,3 +282,9 @@ def test_every_mapped_task_maps_back_to_itself(tag: str) -> None:
         assert harness_location(f"{bench}@0shot", item) == (back, 7)
         checked += 1
     assert checked >= 57 + 6  # the subjects; arc_challenge, hellaswag, winogrande, gsm8k, truthfulqa_mc2, ifeval
+
+
+def test_leaderboard_v2_tasks_are_the_harness_leaderboard_group() -> None:
+    from sparseeval.tasks import LEADERBOARD_V2_TASKS
+
+    assert leaves(releases()["lm-eval"]["v0.4.12"], "leaderboard") == LEADERBOARD_V2_TASKS

@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from sparseeval.readers.base import InputError, ParsedResults
+from sparseeval.tasks import LEADERBOARD_V2_TASKS, LM_EVAL_TASKS, task_benchmark
 
 #: v1 details task keys per canonical benchmark (file names ``details_<key>_<date>.parquet``)
 V1_TASK_KEYS: dict[str, str] = {
@@ -29,7 +30,8 @@ def details_patterns(benchmarks: Iterable[str] | None, *, layout: str = "v1") ->
     """Allow-patterns for ``snapshot_download``: the aggregate results plus the wanted tasks' files.
 
     ``layout="v1"`` maps canonical names through :data:`V1_TASK_KEYS` (others are used as the task key);
-    ``layout="v2"`` matches ``samples_leaderboard_<name>*`` files. None means everything.
+    ``layout="v2"`` matches the ``samples_<task>_*`` files of the benchmark's exact lm-eval tasks
+    (:mod:`sparseeval.tasks`). None means everything.
     """
     if benchmarks is None:
         return None
@@ -38,8 +40,10 @@ def details_patterns(benchmarks: Iterable[str] | None, *, layout: str = "v1") ->
         if layout == "v1":
             key = V1_TASK_KEYS.get(bench, bench)
             patterns.append(f"*details_{key}*.parquet")
-        elif layout == "v2":
-            patterns.append(f"*samples_leaderboard_{bench.removeprefix('leaderboard_')}*.jsonl")
+        elif layout == "v2":  # the exact task names of the benchmark (math_hard's files are math_<sub>_hard)
+            base = task_benchmark(bench, "lm-eval")[0]
+            tasks = sorted(t for t in LEADERBOARD_V2_TASKS if LM_EVAL_TASKS[t][0] == base)
+            patterns += [f"*samples_{t}_*.jsonl" for t in tasks] or [f"*samples_{bench}_*.jsonl"]
         else:
             raise ValueError(f"unknown layout {layout!r}: use 'v1' or 'v2'")
     return patterns
