@@ -35,6 +35,7 @@ from sparseeval.readers.lm_eval import (
     _old_layout_task,
     is_lfs_pointer,
     is_lm_eval_results,
+    is_v2_samples,
     parse_date_id,
     read_lm_eval,
     sniff_samples,
@@ -147,7 +148,7 @@ def _folder_format(folder: Path) -> str | None:
             if _RESULTS_RE.match(p.name) or _SAMPLES_RE.match(p.name):
                 kinds.add("lm-eval-lfs")
     if kinds & {"lm-eval-results", "lm-eval-samples"}:
-        if any(p.name.startswith("samples_leaderboard_") for p in files):
+        if any(is_v2_samples(p.name) for p in files):
             return "leaderboard-details-v2"
         return "lm-eval"
     if kinds == {"lighteval-results"}:
@@ -170,7 +171,7 @@ def detect_format(path: str | Path) -> str:
         raise InputError(path, "no such file or folder")
     kind = _kind(path)
     if kind == "lm-eval-results" or kind == "lm-eval-samples":
-        return "leaderboard-details-v2" if path.name.startswith("samples_leaderboard_") else "lm-eval"
+        return "leaderboard-details-v2" if is_v2_samples(path.name) else "lm-eval"
     if kind == "lighteval-results":
         return results_format(json.loads(path.read_text(encoding="utf-8")))
     if kind == "lighteval-details":

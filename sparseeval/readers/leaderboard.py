@@ -22,7 +22,7 @@ from sparseeval.readers.lighteval import (
     read_lighteval_results,
     scores_from_results,
 )
-from sparseeval.readers.lm_eval import read_lm_eval
+from sparseeval.readers.lm_eval import is_v2_samples, read_lm_eval
 
 __all__ = ["is_leaderboard_results", "leaderboard_task", "read_details_file", "read_details_v1",
            "read_details_v2", "read_leaderboard_results", "scores_from_results"]
@@ -46,8 +46,8 @@ def read_details_v1(path: str | Path) -> ParsedResults:
 def read_details_v2(path: str | Path) -> ParsedResults:
     """Leaderboard v2 details: lm-eval output with ``leaderboard_*`` tasks."""
     parsed = read_lm_eval(path)
-    if parsed.format and all(t.startswith("samples_leaderboard_") or t.startswith("results_")
+    if parsed.format and all(is_v2_samples(t) or t.startswith("results_")
                              for t in (p.name for p in parsed.sources)) and any(
-            p.name.startswith("samples_leaderboard_") for p in parsed.sources):
+            is_v2_samples(p.name) for p in parsed.sources):
         parsed.format = "leaderboard-details-v2"
     return parsed

@@ -44,7 +44,14 @@ from sparseeval.readers.base import (
     ParsedResults,
     PartNote,
 )
-from sparseeval.tasks import TRUTHFULQA_SIBLINGS, harness_group, is_group, means_leaderboard, task_benchmark
+from sparseeval.tasks import (
+    LEADERBOARD_V2_TASKS,
+    TRUTHFULQA_SIBLINGS,
+    harness_group,
+    is_group,
+    means_leaderboard,
+    task_benchmark,
+)
 
 #: The metric the Open LLM Leaderboard used per canonical benchmark (first one present wins), with the
 #: names lighteval gives the same numbers. Any other task uses the first score metric of its own list.
@@ -625,6 +632,12 @@ def _old_layout_task(stem: str, data: Mapping[str, Any]) -> str | None:
     if prefix is not None and stem.startswith(prefix + "_") and stem[len(prefix) + 1:] in tasks:
         return stem[len(prefix) + 1:]
     return None
+
+
+def is_v2_samples(name: str) -> bool:
+    """A ``samples_<task>_<date>.jsonl`` of one of the Open LLM Leaderboard v2's exact tasks."""
+    m = _SAMPLES_RE.match(name)
+    return m is not None and m["task"] in LEADERBOARD_V2_TASKS
 
 
 def _run_from_results(path: Path, data: dict[str, Any]) -> Run:
