@@ -400,3 +400,19 @@ def test_real_lm_eval_0_3_llama_folder(tmp_path: Path) -> None:
     assert {b: got[b][1:] for b in expected} == {b: e[1:] for b, e in expected.items()}
     assert {b: got[b][0] for b in expected} == pytest.approx({b: e[0] for b, e in expected.items()}, abs=1e-12)
     assert set(got) - set(expected) == {"boolq", "copa", "mc_taco", "openbookqa", "piqa", "prost", "swag", "wsc273"}
+
+
+def test_real_open_llm_leaderboard_v2_groups(tmp_path: Path) -> None:
+    """The Open LLM Leaderboard's own v2 run of pythia-1b (README: an extract of its results): each v2
+    group is one benchmark scored by the group's aggregate, MMLU-Pro is leaderboard_mmlu_pro, and the
+    ``leaderboard`` group of groups (0.2964, a mean of different metrics) is never a benchmark."""
+    folder = REAL / "open_llm_leaderboard_v2_pythia1b" / "EleutherAI__pythia-1b"
+    raw = json.loads(next(folder.glob("results_*.json")).read_text())["results"]
+    got = _stored(folder, tmp_path / "s.duckdb")
+    assert got == {
+        "bbh": (raw["leaderboard_bbh"]["acc_norm,none"], None, "leaderboard_bbh"),
+        "gpqa": (raw["leaderboard_gpqa"]["acc_norm,none"], None, "leaderboard_gpqa"),
+        "math_hard": (raw["leaderboard_math_hard"]["exact_match,none"], None, "leaderboard_math_hard"),
+        "musr": (raw["leaderboard_musr"]["acc_norm,none"], None, "leaderboard_musr"),
+        "ifeval": (raw["leaderboard_ifeval"]["prompt_level_strict_acc,none"], None, "leaderboard_ifeval"),
+        "mmlu_pro": (raw["leaderboard_mmlu_pro"]["acc,none"], None, "leaderboard_mmlu_pro")}
