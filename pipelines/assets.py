@@ -155,7 +155,8 @@ def _fit_version(matrix: ResponseMatrix, split: Any, est: Any, settings: Setting
         n_train_models=len(split.train), params={"split": settings.split_policy, "val_frac": settings.val_frac,
                                                  "test_frac": settings.test_frac, "origin": origin,
                                                  "fit_seconds": round(fit_seconds, 3)},
-        artifact_uri=str(folder.resolve()), predictor_hash=saved.content_hash, origin=origin, data_version=version, test_mae=mae,
+        artifact_uri=str(folder.resolve()), predictor_hash=saved.content_hash,
+        origin=origin, data_version=version, test_mae=mae,
         baseline_mae=baseline, coverage=coverage)
     return {"anchor_set_id": anchor_set_id, "folder": str(folder), "mae": mae, "coverage": coverage,
             "items": items, "origin": origin, "content_hash": saved.content_hash}

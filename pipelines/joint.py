@@ -134,7 +134,8 @@ def _joint_fit(context: dg.AssetExecutionContext, matrices: list[ResponseMatrix]
                 "split": settings.split_policy, "val_frac": settings.val_frac, "test_frac": settings.test_frac,
                 "origin": "selected", "fit_seconds": round(seconds, 3), "test_mae": mae, "baseline_mae": baselines,
                 "coverage": coverage, "reference_method": settings.method, "reference_mae": ref_mae},
-        artifact_uri=str(folder.resolve()), predictor_hash=saved.content_hash, origin="selected", data_version=version, test_mae=mae[MEAN],
+        artifact_uri=str(folder.resolve()), predictor_hash=saved.content_hash,
+        origin="selected", data_version=version, test_mae=mae[MEAN],
         baseline_mae=baselines[MEAN], coverage=coverage[MEAN])
     # the joint comparison, under its own names: its test models are the joint split's, not a benchmark's
     frame = results_frame([*joint_results, *reference]).with_columns(
