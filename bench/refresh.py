@@ -30,7 +30,7 @@ from pipelines.assets import candidate, champion, evaluation, predictions, raw_r
 from pipelines.automation import benchmarks_changed_sensor
 from pipelines.definitions import defs
 from pipelines.io_managers import MatrixIOManager
-from pipelines.partitions import add_benchmarks
+from pipelines.partitions import BENCHMARK_PARTITIONS
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
@@ -85,7 +85,7 @@ def main() -> None:
         assert dg.materialize([raw_results], resources=res, instance=instance).success
         first = tick(instance, None)
         keys = sorted(r.partition_key for r in first.run_requests)
-        add_benchmarks(instance, keys)
+        instance.add_dynamic_partitions(BENCHMARK_PARTITIONS, keys)  # the sensor's keys, as they are
         rows.append(("first refresh (build everything)", time.perf_counter() - t0 + refresh(res, instance, keys),
                      *counts(root)))
 

@@ -27,7 +27,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from pipelines.partitions import benchmark_partitions
+from pipelines.partitions import benchmark_of, benchmark_partitions
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from sparseeval.artifact import load_predictor
 from sparseeval.budget import comparison_plan
@@ -36,8 +36,9 @@ from sparseeval.device import cpu_threads
 from sparseeval.evaluation import fit_on_split, results_frame, run_protocol, split_for_seed, summarize
 from sparseeval.matrix import EmptyMatrixError, ResponseMatrix
 from sparseeval.methods.joint import JOINT_METHOD
+from sparseeval.names import slug
 from sparseeval.plots import coverage_by_level, heldout_intervals, plot_coverage_by_level, plot_predicted_vs_true
-from sparseeval.publishing import Publisher, record_decision, save_version, score_anchor_only_models
+from sparseeval.publishing import Publisher, published_path, record_decision, save_version, score_anchor_only_models
 from sparseeval.refresh import comparison_key, fit_key, matrix_range_check, publishing_checks, up_to_date
 from sparseeval.report import plot_mae_vs_k
 from sparseeval.scoring import artifact_from_fit
@@ -114,9 +115,10 @@ def raw_results(context: dg.AssetExecutionContext, store: StoreResource, source:
                       "state of the store and travel together. No usable model or item: the step fails and "
                       "says why.")
 def response_matrix(context: dg.AssetExecutionContext, store: StoreResource):
-    bench = context.partition_key
+    db = store.store()
+    bench = benchmark_of(context.partition_key, db.benchmarks())
     try:
-        matrix = store.store().read_benchmark(bench)
+        matrix = db.read_benchmark(bench)
     except EmptyMatrixError as exc:
         raise dg.Failure(description=str(exc)) from exc
     n_models, n_items = matrix.shape
@@ -292,7 +294,8 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
                       "models are scored with the new champion.")
 def champion(context: dg.AssetExecutionContext, store: StoreResource, tracking: TrackingResource,
              settings: SettingsResource) -> dg.MaterializeResult:
-    return publish_open(context, context.partition_key, store, tracking, settings)
+    return publish_open(context, benchmark_of(context.partition_key, store.store().benchmarks()), store, tracking,
+                        settings)
 
 
 def publish_open(context: dg.AssetExecutionContext, bench: str, store: StoreResource, tracking: TrackingResource,
@@ -319,7 +322,7 @@ def publish_open(context: dg.AssetExecutionContext, bench: str, store: StoreReso
         "registry_version": champ.registry_version if champ else None,
         "challenger": next((p.anchor_set_id for p in done if p.alias == "challenger"), None),
         "test_mae_points": current["test_mae"] if current else None,
-        "folder": str(Path(settings.predictor_dir) / bench), "models_scored": scored,
+        "folder": str(published_path(Path(settings.predictor_dir), bench)), "models_scored": scored,
     })
 
 
@@ -367,7 +370,7 @@ def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
         frame = results_frame(results)
         summary = summarize(results)
         with tempfile.TemporaryDirectory() as tmp:
-            plot = plot_mae_vs_k(summary, Path(tmp) / f"mae_vs_k_{matrix.benchmark}.png")
+            plot = plot_mae_vs_k(summary, Path(tmp) / f"mae_vs_k_{slug(matrix.benchmark)}.png")
             run_id = log_comparison(cfg, benchmark=matrix.benchmark, rows=frame.to_dicts(), plot_path=plot,
                                     tags={"dagster.run_id": context.run_id}, run_id=run.run_id)
             picture = _image(plot, f"MAE vs K, {matrix.benchmark}")
@@ -391,8 +394,8 @@ def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
                       "with the published champion, whether or not this refresh published a new one (a "
                       "rejected refresh keeps the old champion, which still scores the new models).")
 def predictions(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
-    bench = context.partition_key
     db = store.store()
+    bench = benchmark_of(context.partition_key, db.benchmarks())
     current = db.champion(bench)
     if current is None:
         return dg.MaterializeResult(metadata={"models_scored": 0, "decision": "no champion published"})

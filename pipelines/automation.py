@@ -28,7 +28,7 @@ import dagster as dg
 
 from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
 from pipelines.joint import joint_anchors, joint_champion
-from pipelines.partitions import BENCHMARK_PARTITIONS, benchmark_partitions
+from pipelines.partitions import BENCHMARK_PARTITIONS, benchmark_partitions, partition_key
 from pipelines.resources import SettingsResource, SourceResource, StoreResource
 from sparseeval import settings as defaults
 from sparseeval.benchmarks import BenchmarkNameError, joint_benchmarks
@@ -120,10 +120,11 @@ def stale_benchmarks_sensor(context: dg.SensorEvaluationContext, store: StoreRes
         stale = stale_benchmarks(db, settings.fit_settings(), settings.comparison_settings())
         benchmarks = db.benchmarks()
     known = set(context.instance.get_dynamic_partitions(BENCHMARK_PARTITIONS))
-    new = sorted(set(benchmarks) - known)
+    new = sorted({partition_key(b) for b in benchmarks} - known)
     if not stale and not new:
         return dg.SkipReason("every benchmark is up to date: its fit key and comparison key are decided")
-    requests = [dg.RunRequest(run_key=f"refresh-{b}-{key}", partition_key=b, tags={"sparseeval/why": why[:200]})
+    requests = [dg.RunRequest(run_key=f"refresh-{partition_key(b)}-{key}", partition_key=partition_key(b),
+                              tags={"sparseeval/why": why[:200]})
                 for b, (key, why) in sorted(stale.items())]
     return dg.SensorResult(
         run_requests=requests,
@@ -136,7 +137,8 @@ IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.D
 
 
 def _last_refresh_failed(instance: dg.DagsterInstance, bench: str) -> bool:
-    records = instance.get_run_records(dg.RunsFilter(job_name=refresh_job.name, tags={"dagster/partition": bench}),
+    records = instance.get_run_records(dg.RunsFilter(job_name=refresh_job.name,
+                                                     tags={"dagster/partition": partition_key(bench)}),
                                        limit=1)
     return bool(records) and records[0].dagster_run.status == dg.DagsterRunStatus.FAILURE
 

@@ -44,6 +44,7 @@ class MatrixIOManager(dg.ConfigurableIOManager):
     base_dir: str
 
     def _path(self, context: dg.OutputContext | dg.InputContext, partition: str | None = None) -> Path:
+        """``<base>/<asset>/<partition key>.npz``; a key is a benchmark's slug, one safe file name."""
         key = context.asset_key.path[-1]
         return Path(self.base_dir) / key / f"{partition or context.asset_partition_key}.npz"
 
@@ -61,5 +62,6 @@ class MatrixIOManager(dg.ConfigurableIOManager):
             missing = sorted(key for key, path in paths.items() if not path.is_file())
             if missing:
                 context.log.warning("no matrix yet for %s (not refreshed): left out", ", ".join(missing))
-            return {key: load_matrix(path) for key, path in paths.items() if path.is_file()}
+            matrices = [load_matrix(path) for path in paths.values() if path.is_file()]
+            return {m.benchmark: m for m in matrices}  # keyed by name: a key is the name's slug
         return load_matrix(self._path(context))

@@ -16,7 +16,7 @@ import time
 import dagster as dg
 
 from pipelines.definitions import defs
-from pipelines.partitions import add_benchmarks
+from pipelines.partitions import add_benchmarks, partition_key
 from sparseeval import settings
 
 #: step-level DEBUG events stay in the Dagster UI; the terminal gets INFO (progress and results)
@@ -75,21 +75,21 @@ def main(argv: list[str] | None = None) -> int:
     if not ingest.success:
         print("=== sparseeval: ingest FAILED ===")
         return 1
-    keys = list(ingested.get("benchmarks", []))
-    add_benchmarks(instance, keys)
+    names = list(ingested.get("benchmarks", []))
+    add_benchmarks(instance, names)
     if args.benchmarks:
-        keys = [k for k in args.benchmarks.split(",") if k in keys]
+        names = [b for b in args.benchmarks.split(",") if b in names]
     print(f"ingest: {ingested.get('files_stored', 0)} stored, {ingested.get('files_skipped', 0)} skipped, "
           f"{ingested.get('files_refused', 0)} refused; benchmarks changed: "
           f"{', '.join(ingested.get('changed_benchmarks', [])) or 'none'}")
     job = defs.resolve_job_def("refresh")
     lines, ok = [], ingested.get("files_refused", 0) == 0
-    for key in keys:
+    for name in names:
         t0 = time.perf_counter()
-        result = job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False,
+        result = job.execute_in_process(partition_key=partition_key(name), instance=instance, raise_on_error=False,
                                         run_config=INFO_LOGS)
         ok &= result.success
-        lines.append(_summary_line(key, result, time.perf_counter() - t0))
+        lines.append(_summary_line(name, result, time.perf_counter() - t0))
     if not args.benchmarks:  # the joint predictor reads every benchmark's matrix
         t0 = time.perf_counter()
         result = defs.resolve_job_def("joint").execute_in_process(instance=instance, raise_on_error=False,

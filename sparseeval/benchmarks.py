@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from sparseeval.errors import UserError
+from sparseeval.names import MAX_NAME, slug
 
 #: canonical name -> spellings seen in lm-evaluation-harness, leaderboard details and papers.
 LEADERBOARD_ALIASES: dict[str, tuple[str, ...]] = {
@@ -178,6 +179,9 @@ def canonical_benchmark(name: object) -> str:
         raise BenchmarkNameError("benchmark name is empty or blank")
     if re.search(r"[\x00-\x1f\x7f]", stripped):
         raise BenchmarkNameError(f"benchmark name {stripped!r} contains control characters")
+    if len(stripped) > MAX_NAME:  # MLflow keeps it in 500-character fields (input tags, dataset names)
+        raise BenchmarkNameError(f"benchmark name {stripped[:40]!r}... is {len(stripped)} characters long; "
+                                 f"at most {MAX_NAME} are stored")
     if "@" in stripped or (":" in stripped and "|" not in stripped and stripped.lower() not in _ALIAS_TO_CANONICAL):
         base, shots, metric = split_variant(stripped)
         if base != stripped and "@" not in base and ":" not in base:  # a variant: canonical base + settings
@@ -198,9 +202,10 @@ JOINT_NAME = "sparseeval-joint"
 
 
 def registered_model_name(benchmark: str) -> str:
-    """Registry name of a benchmark's predictor (``sparseeval-<benchmark>``); the joint predictor's
-    is its own name. Here, not in :mod:`sparseeval.tracking`, so that name checks need no MLflow."""
-    return benchmark if benchmark == JOINT_NAME else f"sparseeval-{benchmark}"
+    """Registry name of a benchmark's predictor (``sparseeval-<slug>``: MLflow names hold no ``/`` or
+    ``:``, see :mod:`sparseeval.names`); the joint predictor's is its own name. Here, not in
+    :mod:`sparseeval.tracking`, so that name checks need no MLflow."""
+    return benchmark if benchmark == JOINT_NAME else f"sparseeval-{slug(benchmark)}"
 
 
 def joint_name_clashes(benchmarks: list[str]) -> list[str]:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from sparseeval.artifact import META_FILE, PredictorArtifact, load_predictor
+from sparseeval.names import slug
 from sparseeval.store.connection import pid_alive
 
 #: the folder inside the predictors folder that holds every version (never a published name)
@@ -60,7 +61,9 @@ def failpoint(name: str) -> None:
 # --- folders ---------------------------------------------------------------------------------------
 
 def versions_dir(predictor_dir: Path, benchmark: str) -> Path:
-    return Path(predictor_dir) / VERSIONS / benchmark
+    """``<predictors>/.versions/<slug>``: the name goes through :func:`sparseeval.names.slug`, so a
+    benchmark ``../x`` or ``a/b`` stays one folder inside the predictors folder."""
+    return Path(predictor_dir) / VERSIONS / slug(benchmark)
 
 
 def save_version(artifact: PredictorArtifact, predictor_dir: Path, benchmark: str) -> tuple[Path, PredictorArtifact]:
@@ -83,7 +86,8 @@ def save_version(artifact: PredictorArtifact, predictor_dir: Path, benchmark: st
 
 
 def published_path(predictor_dir: Path, benchmark: str) -> Path:
-    return Path(predictor_dir) / benchmark
+    """``<predictors>/<slug>``, where ``predict --benchmark`` looks (the slug of ``arc`` is ``arc``)."""
+    return Path(predictor_dir) / slug(benchmark)
 
 
 def is_managed(path: Path) -> bool:
@@ -108,7 +112,7 @@ def _adopt_plain_folder(target: Path, store: Any, benchmark: str) -> dict[str, s
     """A published path that is a real folder (an older layout, or ``sparseeval fit``'s output) is
     moved into the versions area, with its old ``versions/`` children, before the first swap; the
     ``artifact_uri`` values pointing into it are rewritten to the new places."""
-    root = target.parent / VERSIONS / benchmark
+    root = versions_dir(target.parent, benchmark)
     root.mkdir(parents=True, exist_ok=True)
     moved: dict[str, str] = {}
     legacy = target / "versions"

@@ -20,7 +20,7 @@ from sparseeval.commands.predict import USER_ERRORS
 from sparseeval.errors import UsageError
 from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.progress import progress_bar
-from sparseeval.publishing import is_managed
+from sparseeval.publishing import is_managed, published_path
 from sparseeval.readers.base import InputError
 from sparseeval.scoring import fit_joint_predictor, fit_predictor
 from sparseeval.sources import open_data
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--method {JOINT_METHOD} takes two benchmarks or more (--benchmark arc,mmlu); "
                              "every other method one")
         bench = JOINT_METHOD if joint else benches[0]
-        out = args.out or (args.registry or settings.predictor_dir()) / bench
+        out = args.out or published_path(args.registry or settings.predictor_dir(), bench)
         if is_managed(out):  # before the fit: refusing after minutes of work would waste them
             raise UsageError(f"--out {out}: this folder is published by the pipeline (the champion that "
                              f"'predict --benchmark {bench}' and its registry versions serve); writing over it "

@@ -23,6 +23,7 @@ from sparseeval.atomic import atomic_write_text
 from sparseeval.benchmarks import canonical_benchmark, default_n_shot, split_variant
 from sparseeval.errors import UsageError, UserError
 from sparseeval.methods.joint import MEAN
+from sparseeval.publishing import published_path
 from sparseeval.scoring import Prediction, predict
 
 #: errors a user can fix; printed as one line, exit code 2 (anything else is a bug: traceback)
@@ -55,7 +56,7 @@ def load_predictors(args: argparse.Namespace, *, default_all: bool = False) -> l
     if args.registry is None:
         args.registry = settings.predictor_dir()
     benches = [args.benchmark] if isinstance(args.benchmark, str) else list(args.benchmark or [])
-    folders += [args.registry / canonical_benchmark(b) for b in benches]
+    folders += [published_path(args.registry, canonical_benchmark(b)) for b in benches]
     if not folders and default_all:
         folders = published_folders(args.registry)
         if not folders:
