@@ -384,6 +384,22 @@ class Connections:
         return (f"{path} is locked by {program} (PID {pid}): close that session (an analyst's duckdb shell?) "
                 f"or open the snapshot {self.snapshot_path} read-only instead")
 
+    def check_is_store(self) -> None:
+        """Refuse (one line) a database file that DuckDB opens but that is not a sparseeval store: it
+        has tables and no ``store_meta``. A missing or empty-of-tables file is a new store."""
+        if not self.path.is_file():
+            return
+        con = self._connect(self.path, read_only=True)
+        try:
+            tables = [r[0] for r in _run(con, "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
+                                              "ORDER BY 1")]
+        finally:
+            con.close()
+        if tables and "store_meta" not in tables:
+            raise StoreLayoutError(
+                f"{self.path}: a DuckDB database but not a sparseeval store (tables {', '.join(tables[:5])}, no "
+                "store_meta); pass the store's file with --db, or a new path to create one")
+
     def _connect_rw(self, timeout: float | None = None) -> duckdb.DuckDBPyConnection:
         check_store_path(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -517,7 +533,13 @@ class Connections:
             raise StoreLayoutError(
                 f"{self.path}: written by an older sparseeval (layout 1, no run history); "
                 "move it aside and ingest the sources again into a new store")
-        if _run(con, "SELECT 1 FROM duckdb_tables() WHERE table_name = 'store_meta' AND schema_name = 'main'"):
+        tables = [r[0] for r in _run(con, "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
+                                          "ORDER BY 1")]
+        if tables and "store_meta" not in tables:  # someone else's DuckDB file: never write into it
+            raise StoreLayoutError(
+                f"{self.path}: a DuckDB database but not a sparseeval store (tables {', '.join(tables[:5])}, no "
+                "store_meta); pass the store's file with --db, or a new path to create one")
+        if "store_meta" in tables:
             found = _run(con, "SELECT value FROM store_meta WHERE key = 'schema_version'")
             expected = self._schema_version_expected()
             if found and expected and found[0][0] != expected:

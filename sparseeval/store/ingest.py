@@ -112,6 +112,7 @@ class Ingesting(Connections):
         if isinstance(paths, str | Path):
             paths = [paths]
         report = IngestReport()
+        self.check_is_store()  # before any read: someone else's DuckDB file is refused, never written
         remove_stale_pins(self._pin_dir)
         with self.publishing_once():  # one snapshot copy per ingest, not one per unit
             self._ingest_paths(paths, reader, report, progress)
