@@ -205,7 +205,7 @@ def test_fit_command_publishes_a_joint_predictor(tmp_path: Path, capsys: pytest.
     assert "no benchmark 'omega'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["sparseeval-joint", "Joint", "sparseeval-joint/arc"])
+@pytest.mark.parametrize("name", ["sparseeval-joint", "joint", "sparseeval-joint/arc"])
 def test_a_benchmark_named_like_the_joint_predictor_is_refused_while_the_joint_predictor_is_on(name: str) -> None:
     """``sparseeval-joint`` would share the joint predictor's folder and DuckDB key, ``joint`` its
     registry entry (``sparseeval-joint``): one would silently overwrite the other."""
@@ -215,3 +215,6 @@ def test_a_benchmark_named_like_the_joint_predictor_is_refused_while_the_joint_p
         joint_benchmarks("arc,mmlu", ["arc", name, "mmlu"])
     assert joint_benchmarks("none", ["arc", name, "mmlu"]) == []  # joint off: the benchmark is just a benchmark
     assert joint_benchmarks("", ["arc", "jointly", "mmlu"]) == ["arc", "jointly", "mmlu"]  # no clash, no refusal
+    # "Joint" differs from "joint" only in case: the name encoding (sparseeval.names) gives it its own
+    # folder and registry entry (sparseeval-%4Aoint), so it no longer clashes with the joint predictor
+    assert joint_benchmarks("", ["arc", "Joint", "mmlu"]) == ["Joint", "arc", "mmlu"]
