@@ -15,6 +15,9 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+from sparseeval.errors import UserError
 
 #: command -> one-line summary, in the order ``--help`` lists them (each module's parser repeats it)
 COMMANDS: dict[str, str] = {
@@ -30,6 +33,14 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose errors are one line (``sparseeval fit: error: argument -k: ...``), not usage + error:
+    a script or a person reads the reason, and ``--help`` is there for the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _chosen(argv: Sequence[str]) -> str | None:
     """The sub-command named on the command line (the first word that is not an option)."""
     return next((a for a in argv if not a.startswith("-")), None)
@@ -37,7 +48,7 @@ def _chosen(argv: Sequence[str]) -> str | None:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser with ``command``'s module registered in full and the others as summaries only."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="sparseeval",
         description="Estimate full-benchmark scores of language models from a few anchor items.",
     )
@@ -74,7 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger().setLevel(logging.ERROR)
     if not hasattr(args, "func"):  # a summary-only parser: the command's module is missing
         parser.error(f"command {args.command!r} is not available in this build")
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:  # every command: a user's mistake is one line; anything else keeps its traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,33 +1,308 @@
-"""User input never ends in a traceback (issue 21, item 4: started; the full table is not done yet).
+"""User input never ends in a traceback (issue 21, item 4).
 
-A ``--db`` that DuckDB opens but that is not a sparseeval store is refused in one line, before any
-read or write, and the file is left byte-for-byte as it was.
+One table: every CLI command crossed with the bad values a user really types or points at. Each row
+must exit non-zero with exactly one line on stderr that names the argument and the problem, print
+no traceback, and leave every file it was given byte-for-byte unchanged (and write nothing beside
+them). The commands run in-process through :func:`sparseeval.cli.main`, the function the console
+script calls, so an exception escaping it is exactly the traceback a user would see; a few rows
+also go through a real subprocess.
+
+Accepted rather than refused, on purpose (and asserted below):
+
+* ``fit --seed 0`` is a seed like any other (it fits, and differs from ``--seed 1``);
+* ``ingest --db NEW`` creates a store at a path that does not exist yet (that is how a store starts);
+* ``ingest`` of a bad result file records the refusal in the store's audit table (``ingests``):
+  the refused file itself is untouched, and the store keeps why it was refused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import shutil
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+import polars as pl
+import pytest
 
+from sparseeval.cli import main
 from tests.support import make_long_frames
 
+N_ITEMS = 10
+K_OK = 3
 
-def test_ingest_into_a_foreign_duckdb_file_is_refused_in_one_line(tmp_path: Path) -> None:
-    other = tmp_path / "other.duckdb"
-    with duckdb.connect(str(other)) as con:
-        con.execute("CREATE TABLE runs (a INT)")
-        con.execute("CREATE TABLE t AS SELECT 1 AS x")
+
+def _digest(root: Path) -> dict[str, str]:
+    """Every file under ``root`` and its sha256 (folders by their listing)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of good and bad inputs, shared by every row (each row checks it is unchanged)."""
+    root = tmp_path_factory.mktemp("inputs")
+    responses, scores = make_long_frames(seed=3, n_models=60, n_items=N_ITEMS, benchmarks=("toy",))
+    (root / "data").mkdir()
+    responses.write_parquet(root / "data" / "responses.parquet")
+    scores.write_parquet(root / "data" / "scores.parquet")
+    # the same responses without any score: the benchmark is empty once unscored models are dropped
+    (root / "unscored").mkdir()
+    responses.write_parquet(root / "unscored" / "responses.parquet")
+    scores.filter(pl.col("benchmark") == "none").write_parquet(root / "unscored" / "scores.parquet")
+    responses.filter(pl.col("model").is_in(["org0/model-0", "org1/model-1"])).write_parquet(root / "answers.parquet")
+    # files of other kinds
+    (root / "empty.txt").write_bytes(b"")
+    (root / "emptydir").mkdir()
+    (root / "table.csv").write_text("name,value\na,1\nb,2\n")
+    (root / "other.json").write_text(json.dumps({"hello": [1, 2, 3]}))
+    (root / "not.duckdb").write_text("this is not a database\n")
+    scores.write_parquet(root / "other.parquet")
+    with sqlite3.connect(root / "mlflow.db") as con:  # the tables an MLflow SQLite store starts with
+        con.execute("CREATE TABLE experiments (experiment_id INTEGER PRIMARY KEY, name TEXT)")
+        con.execute("CREATE TABLE alembic_version (version_num TEXT)")
+    con.close()
+    shutil.copy(Path(__file__).resolve().parents[1] / "pipelines" / "dagster.yaml", root / "dagster.yaml")
+    with duckdb.connect(str(root / "foreign.duckdb")) as dcon:
+        dcon.execute("CREATE TABLE runs (a INT)")
+    # a real store and a real predictor
+    assert main(["-q", "ingest", "--db", str(root / "store.duckdb"), str(root / "data")]) == 0
+    assert main(["-q", "fit", "--data", str(root / "data"), "--benchmark", "toy", "-k", str(K_OK),
+                 "--method", "sparseeval-linear", "--out", str(root / "predictor"), "--device", "cpu"]) == 0
+    return root
+
+
+#: paths that are not what the argument wants: (label, path relative to the inputs folder)
+NOT_A_STORE = [("missing", "nowhere.duckdb"), ("empty", "empty.txt"), ("directory", "emptydir"),
+               ("parquet", "other.parquet"), ("csv", "table.csv"), ("json", "other.json"),
+               ("text", "not.duckdb"), ("mlflow", "mlflow.db"), ("dagster", "dagster.yaml"),
+               ("foreign-duckdb", "foreign.duckdb")]
+NOT_A_PREDICTOR = [("missing", "nowhere"), ("empty", "empty.txt"), ("directory", "emptydir"),
+                   ("parquet", "other.parquet"), ("json", "other.json"), ("mlflow", "mlflow.db"),
+                   ("dagster", "dagster.yaml"), ("data-folder", "data")]
+NOT_ANSWERS = [("missing", "nowhere.csv"), ("empty", "empty.txt"), ("directory", "emptydir"),
+               ("parquet", "other.parquet"), ("csv", "table.csv"), ("json", "other.json"),
+               ("mlflow", "mlflow.db"), ("dagster", "dagster.yaml")]
+NOT_DATA = [("missing", "nowhere"), ("empty", "empty.txt"), ("directory", "emptydir"),
+            ("csv", "table.csv"), ("json", "other.json"), ("mlflow", "mlflow.db"), ("dagster", "dagster.yaml")]
+
+Row = tuple[str, Callable[[Path], list[str]], str]
+
+
+def _predictor_rows() -> list[Row]:
+    rows: list[Row] = []
+    for label, bad in NOT_A_PREDICTOR:
+        rows += [
+            (f"export --predictor {label}", lambda r, b=bad: ["export", "--predictor", str(r / b),
+                                                                "--out", str(r / "out" / "a.json")], "--predictor"),
+            (f"predict --predictor {label}", lambda r, b=bad: ["predict", "--predictor", str(r / b),
+                                                                 "--answers", str(r / "answers.parquet")],
+             "--predictor"),
+            (f"next --predictor {label}", lambda r, b=bad: ["next", "--predictor", str(r / b),
+                                                              "--answers", str(r / "answers.parquet")],
+             "--predictor"),
+            (f"compare --predictor {label}", lambda r, b=bad: ["compare", "org0/model-0", "org1/model-1",
+                                                                 "--predictor", str(r / b),
+                                                                 "--answers", str(r / "answers.parquet")],
+             "--predictor"),
+        ]
+    return rows
+
+
+def _answers_rows() -> list[Row]:
+    rows: list[Row] = []
+    for label, bad in NOT_ANSWERS:
+        rows += [
+            (f"predict --answers {label}", lambda r, b=bad: ["predict", "--predictor", str(r / "predictor"),
+                                                               "--answers", str(r / b)], "--answers"),
+            (f"next --answers {label}", lambda r, b=bad: ["next", "--predictor", str(r / "predictor"),
+                                                            "--answers", str(r / b)], "--answers"),
+            (f"compare --answers {label}", lambda r, b=bad: ["compare", "org0/model-0", "org1/model-1",
+                                                               "--predictor", str(r / "predictor"),
+                                                               "--answers", str(r / b)], "--answers"),
+        ]
+    return rows
+
+
+def _db_rows() -> list[Row]:
+    rows: list[Row] = []
+    for label, bad in NOT_A_STORE:
+        if label != "missing":  # ingest --db NEW starts a store: accepted (see the module docstring)
+            rows.append((f"ingest --db {label}", lambda r, b=bad: ["ingest", "--db", str(r / b),
+                                                                     str(r / "data")], "--db"))
+        rows += [
+            (f"sql --db {label}", lambda r, b=bad: ["sql", "--db", str(r / b), "SELECT 1"], "--db"),
+            (f"doctor --db {label}", lambda r, b=bad: ["doctor", "--db", str(r / b)], "--db"),
+        ]
+    return rows
+
+
+def _data_rows() -> list[Row]:
+    rows: list[Row] = []
+    for label, bad in NOT_DATA:
+        rows += [
+            (f"evaluate --data {label}", lambda r, b=bad: ["evaluate", "--data", str(r / b), "-k", "3",
+                                                             "--seeds", "1"], "--data"),
+            (f"fit --data {label}", lambda r, b=bad: ["fit", "--data", str(r / b), "--benchmark", "toy",
+                                                        "-k", "3", "--out", str(r / "out" / "p")], "--data"),
+        ]
+    return rows
+
+
+def _fit(*extra: str) -> Callable[[Path], list[str]]:
+    return lambda r: ["fit", "--data", str(r / "data"), "--benchmark", "toy", "-k", str(K_OK),
+                      "--method", "sparseeval-linear", "--out", str(r / "out" / "p"), *extra]
+
+
+def _evaluate(*extra: str) -> Callable[[Path], list[str]]:
+    return lambda r: ["evaluate", "--data", str(r / "data"), "--method", "sparseeval-linear", "--seeds", "1",
+                      "--no-progress", *extra]
+
+
+VALUE_ROWS: list[Row] = [
+    # K
+    ("fit -k 0", _fit("-k", "0"), "-k"),
+    ("fit -k -2", _fit("-k", "-2"), "-k"),
+    ("fit -k items", _fit("-k", str(N_ITEMS)), "-k"),
+    ("fit -k above items", _fit("-k", str(N_ITEMS + 5)), "-k"),
+    ("fit -k not a number", _fit("-k", "ten"), "-k"),
+    ("evaluate -k 0", _evaluate("-k", "0"), "-k"),
+    ("evaluate -k -1", _evaluate("-k", "-1"), "-k"),
+    ("evaluate -k items", _evaluate("-k", str(N_ITEMS)), "-k"),
+    ("evaluate -k list with items", _evaluate("-k", f"3,{N_ITEMS + 1}"), "-k"),
+    ("export --first 0", lambda r: ["export", "--predictor", str(r / "predictor"), "--first", "0",
+                                    "--out", str(r / "out" / "a.json")], "--first"),
+    ("next --batch 0", lambda r: ["next", "--predictor", str(r / "predictor"), "--answers",
+                                  str(r / "answers.parquet"), "--batch", "0"], "--batch"),
+    # seeds
+    ("evaluate --seeds 0", _evaluate("-k", "3", "--seeds", "0"), "--seeds"),
+    ("evaluate --seeds -1", _evaluate("-k", "3", "--seeds", "-1"), "--seeds"),
+    ("evaluate --seed-offset -1", _evaluate("-k", "3", "--seed-offset", "-1"), "--seed-offset"),
+    ("fit --seed -1", _fit("--seed", "-1"), "--seed"),
+    # fractions
+    ("evaluate --test-frac 0", _evaluate("-k", "3", "--test-frac", "0"), "--test-frac"),
+    ("evaluate --test-frac 1", _evaluate("-k", "3", "--test-frac", "1"), "--test-frac"),
+    ("evaluate --val-frac 1", _evaluate("-k", "3", "--val-frac", "1"), "--val-frac"),
+    ("evaluate --test-frac + --val-frac 1", _evaluate("-k", "3", "--test-frac", "0.5", "--val-frac", "0.5"),
+     "--val-frac"),
+    ("fit --calibration-frac 0", _fit("--calibration-frac", "0"), "--calibration-frac"),
+    ("fit --calibration-frac 1", _fit("--calibration-frac", "1"), "--calibration-frac"),
+    ("fit --alpha 0", _fit("--alpha", "0"), "--alpha"),
+    ("fit --alpha 1", _fit("--alpha", "1"), "--alpha"),
+    ("next --target-width -1", lambda r: ["next", "--predictor", str(r / "predictor"), "--answers",
+                                          str(r / "answers.parquet"), "--target-width", "-1"], "--target-width"),
+    ("doctor --wait -1", lambda r: ["doctor", "--db", str(r / "store.duckdb"), "--wait", "-1"], "--wait"),
+    ("sql --max-rows -1", lambda r: ["sql", "--db", str(r / "store.duckdb"), "--max-rows", "-1", "SELECT 1"],
+     "--max-rows"),
+    # unknown methods, benchmarks, devices
+    ("evaluate --method unknown", _evaluate("-k", "3", "--method", "no-such-method"), "--method"),
+    ("fit --method unknown", _fit("--method", "no-such-method"), "--method"),
+    ("evaluate --benchmark unknown", _evaluate("-k", "3", "--benchmark", "no-such-bench"), "--benchmark"),
+    ("evaluate --benchmark empty list", _evaluate("-k", "3", "--benchmark", ","), "--benchmark"),
+    ("fit --benchmark unknown", lambda r: ["fit", "--data", str(r / "data"), "--benchmark", "nope", "-k", "3",
+                                           "--out", str(r / "out" / "p")], "--benchmark"),
+    ("predict --benchmark unpublished", lambda r: ["predict", "--benchmark", "nope", "--registry",
+                                                   str(r / "emptydir"), "--answers", str(r / "answers.parquet")],
+     "--benchmark"),
+    ("export --benchmark unpublished", lambda r: ["export", "--benchmark", "nope", "--registry",
+                                                  str(r / "emptydir"), "--out", str(r / "out" / "a.json")],
+     "--benchmark"),
+    ("fit --device unknown", _fit("--device", "tpu9"), "--device"),
+    ("evaluate --device unknown", _evaluate("-k", "3", "--device", "tpu9"), "--device"),
+    # empty after filtering: every model of the benchmark lacks a score
+    ("fit unscored benchmark", lambda r: ["fit", "--data", str(r / "unscored"), "--benchmark", "toy", "-k", "3",
+                                          "--out", str(r / "out" / "p")], "--benchmark"),
+    ("evaluate unscored benchmark", lambda r: ["evaluate", "--data", str(r / "unscored"), "-k", "3",
+                                               "--seeds", "1", "--no-progress"], "'toy'"),
+    ("predict answers of another benchmark", lambda r: ["predict", "--predictor", str(r / "predictor"),
+                                                        "--answers", str(r / "other.parquet")], "--answers"),
+    ("compare unknown model", lambda r: ["compare", "org0/model-0", "nobody/none", "--predictor",
+                                         str(r / "predictor"), "--answers", str(r / "answers.parquet")], "nobody/none"),
+    ("sql syntax error", lambda r: ["sql", "--db", str(r / "store.duckdb"), "SELEC 1"], "SELEC"),
+    ("sql write refused", lambda r: ["sql", "--db", str(r / "store.duckdb"), "DROP TABLE responses"], "read-only"),
+    ("missing required argument", lambda r: ["fit", "--data", str(r / "data"), "-k", "3"], "--benchmark"),
+    ("unknown option", lambda r: ["predict", "--predictor", str(r / "predictor"), "--answers",
+                                  str(r / "answers.parquet"), "--no-such-option"], "--no-such-option"),
+]
+
+ROWS: list[Row] = _db_rows() + _predictor_rows() + _answers_rows() + _data_rows() + VALUE_ROWS
+
+
+@pytest.mark.parametrize(("argv", "names"), [(row[1], row[2]) for row in ROWS], ids=[row[0] for row in ROWS])
+def test_bad_input_gets_one_line_and_changes_nothing(inputs: Path, argv: Callable[[Path], list[str]], names: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.rmtree(inputs / "out", ignore_errors=True)
+    before = _digest(inputs)
+    capsys.readouterr()
+    args = argv(inputs)
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse's own exit: no traceback either
+        code = exc.code if isinstance(exc.code, int) else 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code not in (0, None), err
+    assert "Traceback" not in err
+    assert len(lines) == 1, err
+    # the line names the argument: by its flag, or by the value given to it (a path names the file)
+    given = args[args.index(names) + 1] if names in args[:-1] else None
+    assert names in lines[0] or (given is not None and given in lines[0]), lines[0]
+    assert _digest(inputs) == before  # nothing changed, nothing written beside the inputs
+
+
+def test_table_covers_every_command() -> None:
+    from sparseeval.cli import COMMANDS
+
+    covered = {row[1](Path("/x"))[0] for row in ROWS}
+    assert covered == set(COMMANDS)
+    assert len(ROWS) >= 140
+
+
+def test_ingest_of_a_bad_file_refuses_it_and_records_why(inputs: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Accepted case: the store (a new one here) keeps an audit row of the refusal; the file is untouched."""
+    before = _digest(inputs)
+    db = tmp_path / "new.duckdb"
+    capsys.readouterr()
+    assert main(["ingest", "--db", str(db), str(inputs / "table.csv")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(inputs / "table.csv") in err[0], err
+    assert _digest(inputs) == before
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT status FROM ingests").fetchall() == [("refused",)]
+        assert con.execute("SELECT count(*) FROM responses").fetchone() == (0,)
+
+
+def test_seed_zero_is_a_seed(inputs: Path, tmp_path: Path) -> None:
+    """Accepted case: ``--seed 0`` fits, and another seed gives another split."""
+    fitted = {}
+    for seed in ("0", "1"):
+        out = tmp_path / f"p{seed}"
+        assert main(["-q", "fit", "--data", str(inputs / "data"), "--benchmark", "toy", "-k", str(K_OK),
+                     "--method", "sparseeval-linear", "--seed", seed, "--out", str(out), "--device", "cpu"]) == 0
+        fitted[seed] = json.loads((out / "predictor.json").read_text())
+    assert fitted["0"]["calibration"] != fitted["1"]["calibration"]  # another split, other held-out models
+
+
+def test_the_console_script_prints_one_line_for_a_foreign_duckdb(inputs: Path) -> None:
+    """The same refusal through a real process: exit 2, one line, no traceback, the file unchanged."""
+    other = inputs / "foreign.duckdb"
     before = hashlib.sha256(other.read_bytes()).hexdigest()
-    responses, _ = make_long_frames()
-    responses.write_csv(tmp_path / "answers.csv")
-    done = subprocess.run([sys.executable, "-m", "sparseeval.cli", "-q", "ingest", "--db", str(other),
-                           str(tmp_path / "answers.csv")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "sparseeval.cli", "ingest", "--db", str(other),
+                           str(inputs / "data")], capture_output=True, text=True, timeout=120)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(lines) == 1 and str(other) in lines[0] and "not a sparseeval store" in lines[0]
     assert hashlib.sha256(other.read_bytes()).hexdigest() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.csv", "other.duckdb"]  # nothing written beside it
+
+
+def test_the_console_script_prints_one_line_for_a_bad_option() -> None:
+    done = subprocess.run([sys.executable, "-m", "sparseeval.cli", "evaluate", "--data", ".", "-k", "0"],
+                          capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "-k" in lines[0] and "Traceback" not in done.stderr

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from sparseeval.commands.arguments import existing_path
 from sparseeval.commands.predict import (
     USER_ERRORS,
     add_predictor_arguments,
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("compare", help="paired comparison of two models from their anchor answers",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_predictor_arguments(p, many=False)
-    p.add_argument("--answers", type=Path, action="append", required=True, metavar="PATH",
+    p.add_argument("--answers", type=existing_path, action="append", required=True, metavar="PATH",
                    help="answers of both models (lm-eval output folder or long table); repeatable")
     p.add_argument("models", nargs="*", metavar="MODEL", help="the two models A and B (A - B is reported)")
     p.set_defaults(func=run)

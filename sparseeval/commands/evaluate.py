@@ -17,6 +17,7 @@ import polars as pl
 from tqdm import tqdm
 
 from sparseeval.benchmarks import canonical_benchmark
+from sparseeval.commands.arguments import device, existing_path, open_fraction, positive_int, seed
 from sparseeval.errors import UsageError, UserError
 from sparseeval.evaluation import EvalResult, ProtocolConfig, run_joint_protocol, run_protocol, summarize
 from sparseeval.matrix import build_matrix
@@ -49,18 +50,19 @@ def add_arguments(p: argparse.ArgumentParser, **defaults: object) -> argparse.Ar
     """The comparison's arguments: the one front end the CLI and ``bench/accuracy.py`` share (the
     pipeline's ``evaluation`` asset calls the same :func:`sparseeval.evaluation.run_protocol` with its
     resource settings). ``defaults`` override the CLI's (the bench runs a larger grid by default)."""
-    p.add_argument("--data", required="data" not in defaults, type=Path, help="folder or file in any supported format")
+    p.add_argument("--data", required="data" not in defaults, type=existing_path,
+                   help="folder or file in any supported format")
     p.add_argument("--benchmark", "--benchmarks", dest="benchmark", default="all",
                    help="benchmark name(s), comma-separated, or 'all' (default)")
     p.add_argument("--method", "--methods", dest="method", default=["sparseeval-linear"], type=_methods,
                    help="method(s), comma-separated (default sparseeval-linear)")
     p.add_argument("-k", "--k", default=[20], type=_int_list, help="anchor count(s), e.g. 10,20,30,50")
-    p.add_argument("--seeds", type=int, default=3, help="number of seeds (splits): 0..N-1 (default 3)")
-    p.add_argument("--seed-offset", type=int, default=0, help="first seed (default 0)")
-    p.add_argument("--test-frac", type=float, default=0.2)
-    p.add_argument("--val-frac", type=float, default=0.1)
+    p.add_argument("--seeds", type=positive_int, default=3, help="number of seeds (splits): 0..N-1 (default 3)")
+    p.add_argument("--seed-offset", type=seed, default=0, help="first seed (default 0)")
+    p.add_argument("--test-frac", type=open_fraction, default=0.2)
+    p.add_argument("--val-frac", type=open_fraction, default=0.1)
     p.add_argument("--split", choices=("random", "family", "date"), default="random")
-    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
+    p.add_argument("--device", default="auto", type=device, help="auto (CUDA if present), cpu or cuda")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "
@@ -98,6 +100,8 @@ def compare(args: argparse.Namespace, data: DataSource,
         benchmarks = present
     else:
         benchmarks = [canonical_benchmark(b) for b in args.benchmark.split(",") if b.strip()]
+        if not benchmarks:
+            raise UsageError(f"--benchmark {args.benchmark!r}: names no benchmark (found: {', '.join(present)})")
         missing = [b for b in benchmarks if b not in present]
         if missing:
             raise UsageError(f"{args.data}: no benchmark {', '.join(missing)} (found: {', '.join(present)})")
@@ -110,6 +114,9 @@ def compare(args: argparse.Namespace, data: DataSource,
     with tqdm(total=total, desc="evaluate", unit="run", disable=args.no_progress, file=sys.stderr) as bar:
         for bench in benchmarks:
             matrix = build_matrix(*data.long(bench), bench, row_mean_is_score=args.row_mean_is_score)
+            if max(args.k) >= len(matrix.items):  # K = every item is no estimate, and more cannot be drawn
+                raise UsageError(f"-k {max(args.k)}: {bench} has {len(matrix.items)} items in {args.data}; "
+                                 "anchors must be fewer than the benchmark's items")
             dates = model_dates(data.models(), matrix.models) if args.split == "date" else None
 
             def tick(result: object) -> None:

@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sparseeval.commands.arguments import positive_int
 from sparseeval.commands.predict import USER_ERRORS, add_predictor_arguments, load_predictors
 from sparseeval.export import FORMATS, lm_eval_commands, write_export
 
@@ -39,6 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_predictor_arguments(p)
     p.add_argument("--format", choices=FORMATS, default="lm-eval")
     p.add_argument("--out", type=Path, required=True, metavar="FILE")
-    p.add_argument("--first", type=int, metavar="N",
+    p.add_argument("--first", type=positive_int, metavar="N",
                    help="only the first N anchors of each predictor's adaptive order (then `sparseeval next`)")
     p.set_defaults(func=run)

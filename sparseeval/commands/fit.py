@@ -14,8 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+import polars as pl
+
 from sparseeval import settings
 from sparseeval.benchmarks import canonical_benchmark
+from sparseeval.commands.arguments import device, existing_path, open_fraction, positive_int, seed
 from sparseeval.commands.predict import USER_ERRORS
 from sparseeval.errors import UsageError
 from sparseeval.methods.joint import JOINT_METHOD
@@ -54,7 +57,12 @@ def run(args: argparse.Namespace) -> int:
                     device=args.device, alpha=args.alpha, models=data.models(),
                     row_mean_is_score=args.row_mean_is_score, settings={b: data.settings(b) for b in benches})
             else:
-                artifact = fit_predictor(*data.long(bench), bench, args.k, args.method,
+                responses, scores = data.long(bench)
+                n_items = responses.lazy().select(pl.col("item_id").n_unique()).collect().item()
+                if args.k >= n_items:  # K = every item is no estimate, and more cannot be drawn
+                    raise UsageError(f"-k {args.k}: {bench} has {n_items} items in {args.data}; "
+                                     "anchors must be fewer than the benchmark's items")
+                artifact = fit_predictor(responses, scores, bench, args.k, args.method,
                                          calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
                                          alpha=args.alpha, models=data.models(),
                                          row_mean_is_score=args.row_mean_is_score, settings=data.settings(bench))
@@ -77,19 +85,19 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("fit", help="fit, calibrate and save a predictor for one benchmark",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", type=Path, required=True, metavar="DIR",
+    p.add_argument("--data", type=existing_path, required=True, metavar="DIR",
                    help="results in any supported format (every model is used for fitting or calibration)")
     p.add_argument("--benchmark", required=True, metavar="B",
                    help=f"the benchmark; for --method {JOINT_METHOD} several, comma-separated")
-    p.add_argument("-k", "--k", type=int, required=True,
+    p.add_argument("-k", "--k", type=positive_int, required=True,
                    help=f"number of anchors ({JOINT_METHOD}: per benchmark, K x benchmarks in all)")
     p.add_argument("--method", default=settings.DEFAULT_METHOD,
                    help=f"registered method (default {settings.DEFAULT_METHOD})")
-    p.add_argument("--calibration-frac", type=float, default=0.2)
-    p.add_argument("--alpha", type=float, default=settings.DEFAULT_ALPHA,
+    p.add_argument("--calibration-frac", type=open_fraction, default=0.2)
+    p.add_argument("--alpha", type=open_fraction, default=settings.DEFAULT_ALPHA,
                    help="interval miscoverage (0.1: 90%% intervals)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--device", default="auto", type=device)
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "
                         "row mean as its score (never assumed: stored items are often a subset)")

@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sparseeval.commands.arguments import writable_db
 from sparseeval.progress import progress_bar
 from sparseeval.store import IngestReport, PublishInterrupted, Store, StoreError, default_db_path
 
@@ -29,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "parts of units are refused with the reason and leave the store unchanged.",
     )
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders to ingest")
-    parser.add_argument("--db", type=Path, default=None,
+    parser.add_argument("--db", type=writable_db, default=None,
                         help="DuckDB file (default: $SPARSEEVAL_DB or data/sparseeval.duckdb)")
     parser.set_defaults(func=run)
 

@@ -25,6 +25,7 @@ from sparseeval.adaptive import NextStep, next_anchors
 from sparseeval.answers import read_answers
 from sparseeval.artifact import PredictorArtifact
 from sparseeval.atomic import atomic_write_text
+from sparseeval.commands.arguments import existing_path, non_negative, positive_int
 from sparseeval.commands.predict import USER_ERRORS, add_predictor_arguments, load_predictors
 from sparseeval.errors import UsageError
 from sparseeval.methods.joint import MEAN
@@ -104,11 +105,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                            "enough", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_predictor_arguments(p, many=False)
-    p.add_argument("--answers", type=Path, action="append", required=True, metavar="PATH",
+    p.add_argument("--answers", type=existing_path, action="append", required=True, metavar="PATH",
                    help="answers so far (lm-eval output folder, long table or item_id,correct CSV); repeatable")
     p.add_argument("--model", help="model name for a two-column item_id,correct file (default: file name)")
-    p.add_argument("--batch", type=int, default=10, metavar="N", help="anchors to propose per step (default 10)")
-    p.add_argument("--target-width", type=float, metavar="W",
+    p.add_argument("--batch", type=positive_int, default=10, metavar="N",
+                   help="anchors to propose per step (default 10)")
+    p.add_argument("--target-width", type=non_negative, metavar="W",
                    help="stop when the interval's half-width is at most W points")
     p.add_argument("--output", help="joint predictor: the benchmark the target is about (default: mean)")
     p.add_argument("--json", type=Path, metavar="OUT", help="write the plan as JSON")

@@ -21,6 +21,7 @@ from sparseeval.answers import read_answers
 from sparseeval.artifact import PredictorArtifact, load_predictor
 from sparseeval.atomic import atomic_write_text
 from sparseeval.benchmarks import canonical_benchmark, default_n_shot, split_variant
+from sparseeval.commands.arguments import existing_path
 from sparseeval.errors import UsageError, UserError
 from sparseeval.methods.joint import MEAN
 from sparseeval.publishing import published_path
@@ -165,7 +166,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("predict", help="predict full-benchmark scores from anchor answers",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_predictor_arguments(p)
-    p.add_argument("--answers", type=Path, action="append", required=True, metavar="PATH",
+    p.add_argument("--answers", type=existing_path, action="append", required=True, metavar="PATH",
                    help="lm-eval output folder (--log_samples), long table (model, benchmark, item_id, "
                         "score|correct) or CSV item_id,correct; repeatable")
     p.add_argument("--model", help="model name for a two-column item_id,correct file (default: file name)")

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sparseeval.commands.arguments import existing_db, positive_int
+
 SNAPSHOT_SUFFIX = ".snapshot.duckdb"  # the same as sparseeval.store.connection.SNAPSHOT_SUFFIX
 
 HELP = """\
@@ -381,7 +383,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("query", nargs="?", default=None,
                    help="SQL to run ('-': read it from stdin); none: an interactive prompt")
-    p.add_argument("--db", type=Path, default=None,
+    p.add_argument("--db", type=existing_db, default=None,
                    help="the store's DuckDB file (default: $SPARSEEVAL_DB or data/sparseeval.duckdb; "
                         "its snapshot is read), or a snapshot file itself")
     out = p.add_mutually_exclusive_group()
@@ -391,7 +393,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--views", action="store_true", help="list the analyst views and their columns, then exit")
     p.add_argument("-i", "--interactive", action="store_true",
                    help="the prompt even when stdin is not a terminal")
-    p.add_argument("--max-rows", type=int, default=100, metavar="N",
+    p.add_argument("--max-rows", type=positive_int, default=100, metavar="N",
                    help="rows the table view shows (default 100; --csv/--json/--parquet write all)")
     p.set_defaults(func=run)
 

@@ -1,0 +1,103 @@
+"""Argument types shared by the commands: a bad value is refused by the parser, as
+``argument -k: expected a positive integer, got '0'``, before any file is read or written.
+
+Checked here is only what the value alone decides (a count is positive, a fraction is inside (0, 1),
+a path exists and is of the right kind); what needs the data (K below the number of items, a
+benchmark present) is checked by the command, with the argument's name in its message.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def positive_int(text: str) -> int:
+    """A count that must be at least 1 (K, a batch, a number of seeds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A seed: any integer from 0 (0 is a seed like any other), up to the 32 bits every RNG accepts."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed >= 0, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"expected an integer seed in [0, 2**32), got {text!r}")
+    return value
+
+
+def open_fraction(text: str) -> float:
+    """A share of the models or a miscoverage level: strictly between 0 and 1 (0 or 1 leaves a side empty)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number strictly between 0 and 1, got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number strictly between 0 and 1, got {text!r}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """Seconds or points: 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def existing_path(text: str) -> Path:
+    """A file or folder that must already exist (results, answers)."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file or folder")
+    return path
+
+
+def existing_db(text: str) -> Path:
+    """A store that must already exist (read-only commands never create one)."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file (create a store with 'sparseeval ingest --db {text}')")
+    return writable_db(text)
+
+
+def writable_db(text: str) -> Path:
+    """A store path: a new path (the store starts there) or an existing non-empty file."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: a folder, not a DuckDB store file")
+    if path.is_file() and path.stat().st_size == 0:
+        raise argparse.ArgumentTypeError(f"{text}: an empty file, not a DuckDB store")
+    if path.is_file() and not _is_duckdb_file(path):
+        raise argparse.ArgumentTypeError(f"{text}: not a DuckDB database file (parquet, CSV, SQLite or other "
+                                         "files are not stores; give the store's .duckdb file)")
+    return path
+
+
+def _is_duckdb_file(path: Path) -> bool:
+    """DuckDB's own file header: 8 checksum bytes, then the magic ``DUCK``. Checked before DuckDB opens
+    the file, because opening a foreign file read-write could rewrite it."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(12)[8:12] == b"DUCK"
+    except OSError:
+        return False
+
+
+def device(text: str) -> str:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (what torch accepts for this project)."""
+    base, _, index = text.partition(":")
+    if text in ("auto", "cpu", "cuda", "mps") or (base == "cuda" and index.isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}")
