@@ -15,6 +15,7 @@ import dagster as dg
 
 from sparseeval import settings as defaults
 from sparseeval.evaluation import ProtocolConfig
+from sparseeval.hub_sources import HubSource, parse_sources
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
 from sparseeval.tracking import TrackingConfig
@@ -61,9 +62,17 @@ class SourceResource(dg.ConfigurableResource):
     data_dir: str = "data"
     synthetic_seed: int = 0
 
-    def resolve(self) -> Path:
+    def hub(self) -> list[HubSource]:
+        """The ``hf://datasets/...`` sources among the comma-separated ``path``."""
+        return [s for s in parse_sources(self.path) if isinstance(s, HubSource)]
+
+    def resolve(self) -> Path | None:
+        """The local folder; None when only Hub sources are named."""
+        local = [s for s in parse_sources(self.path) if isinstance(s, Path)]
+        if local:
+            return local[0]
         if self.path:
-            return Path(self.path)
+            return None
         root = Path(self.data_dir) / "source"
         embedded = root / "synthetic"
         if not (embedded / "responses.parquet").is_file():

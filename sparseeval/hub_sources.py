@@ -150,7 +150,9 @@ class HubFetcher:
         from huggingface_hub import HfApi
 
         self.store = store
-        self.cache_dir = str(cache_dir) if cache_dir is not None else None
+        # the client reads HF_HUB_CACHE once, at import; read it here so a changed environment counts
+        cache = cache_dir if cache_dir is not None else os.environ.get("HF_HUB_CACHE")
+        self.cache_dir = str(cache) if cache else None
         self.log = log
         self.api = HfApi(endpoint=_endpoint())
 

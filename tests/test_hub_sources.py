@@ -120,3 +120,37 @@ def test_no_network_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     store.apply_schema()
     (f,) = HubFetcher(store, tmp_path / "cache").refresh(parse_sources("hf://datasets/team/evals"))
     assert f.status == "failed" and "cannot reach the Hub" in f.error
+
+
+def test_sensor_requests_one_ingest_of_new_revisions_and_the_run_shows_what_was_fetched(
+        hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dagster as dg
+
+    from pipelines.assets import raw_results
+    from pipelines.automation import hub_sources_sensor
+    from pipelines.resources import SourceResource, StoreResource
+
+    server, _store, _fetcher = hub
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    resources = {"store": StoreResource(path=str(tmp_path / "dg.duckdb")),
+                 "source": SourceResource(path="hf://datasets/team/evals,hf://datasets/team/*-details")}
+    instance = dg.DagsterInstance.ephemeral()
+    tick = hub_sources_sensor(dg.build_sensor_context(resources=resources, instance=instance))
+    assert isinstance(tick, dg.RunRequest) and "team/evals@" in tick.tags["sparseeval/new_revisions"]
+    result = dg.materialize([raw_results], resources=resources, instance=instance)
+    meta = result.asset_materializations_for_node("raw_results")[0].metadata
+    assert meta["hub_files"].value > 0 and meta["hub_failed"].value == 0
+    assert {r["repo"] for r in meta["hub_fetched"].data} == {"team/evals", "team/model-7b-details",
+                                                              "team/model-v2-details"}
+    server.calls.clear()
+    again = hub_sources_sensor(dg.build_sensor_context(resources=resources, instance=instance))
+    assert isinstance(again, dg.SkipReason)
+    assert len([c for c in server.calls if "/revision/" in c]) == 3 and not any("resolve" in c for c in server.calls)
+    server.repos["team/evals"].push(files_from(write_v2_details(tmp_path / "n", model="org/n2"), "org__n2/"))
+    new = hub_sources_sensor(dg.build_sensor_context(resources=resources, instance=instance))
+    assert isinstance(new, dg.RunRequest) and "model-7b" not in new.tags["sparseeval/new_revisions"]
+    server.calls.clear()
+    result = dg.materialize([raw_results], resources=resources, instance=instance)
+    meta = result.asset_materializations_for_node("raw_results")[0].metadata
+    assert [r["files"] for r in meta["hub_fetched"].data] == [5]
+    assert all("org__n2/" in c for c in server.calls if c.startswith("GET /datasets/"))
