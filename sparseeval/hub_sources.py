@@ -163,8 +163,11 @@ class HubFetcher:
         listed = _retrying(lambda: [d.id for d in self.api.list_datasets(author=source.org)], fetch, self.log)
         return sorted(r for r in listed if fnmatch.fnmatchcase(r.split("/", 1)[1], source.name))
 
-    def new_revisions(self, sources: list[HubSource]) -> tuple[list[RepoFetch], list[RepoFetch]]:
-        """(repos whose commit the store has not ingested, faults): one metadata call per repo."""
+    def new_revisions(self, sources: list[HubSource], unchanged: list[RepoFetch] | None = None,
+                      ) -> tuple[list[RepoFetch], list[RepoFetch]]:
+        """(repos whose commit the store has not ingested, faults): one metadata call per repo.
+
+        Repos already at the ingested commit are appended to ``unchanged`` when given (the CLI reports them)."""
         fresh, failed = [], []
         for source in sources:
             probe = RepoFetch(str(source), source.revision)
@@ -184,6 +187,8 @@ class HubFetcher:
                     continue
                 if f.sha != self.store.hub_sha(repo, source.revision):
                     fresh.append(f)
+                elif unchanged is not None:
+                    unchanged.append(f)
         return fresh, failed
 
     def _sha(self, repo: str, revision: str, f: RepoFetch) -> str:
@@ -197,11 +202,13 @@ class HubFetcher:
         return snapshot_download(repo, repo_type="dataset", revision=revision, cache_dir=self.cache_dir,
                                  local_files_only=True, allow_patterns=list(WANTED))
 
-    def refresh(self, sources: list[HubSource]) -> list[RepoFetch]:
-        """Fetch and ingest what is new in every repo; one :class:`RepoFetch` per repo (faults included)."""
+    def refresh(self, sources: list[HubSource], *, report_unchanged: bool = False) -> list[RepoFetch]:
+        """Fetch and ingest what is new in every repo; one :class:`RepoFetch` per repo (faults included;
+        repos at the commit already ingested only with ``report_unchanged``)."""
         out: list[RepoFetch] = []
-        fresh, failed = self.new_revisions(sources)
-        out += failed
+        unchanged: list[RepoFetch] = []
+        fresh, failed = self.new_revisions(sources, unchanged)
+        out += failed + (unchanged if report_unchanged else [])
         for f in fresh:
             t0 = time.perf_counter()
             try:

@@ -154,3 +154,31 @@ def test_sensor_requests_one_ingest_of_new_revisions_and_the_run_shows_what_was_
     meta = result.asset_materializations_for_node("raw_results")[0].metadata
     assert [r["files"] for r in meta["hub_fetched"].data] == [5]
     assert all("org__n2/" in c for c in server.calls if c.startswith("GET /datasets/"))
+
+
+def test_cli_ingests_repos_and_folders_reports_unchanged_and_one_line_per_failed_repo(
+        hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from sparseeval.cli import main
+
+    server, _store, _fetcher = hub
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cli-cache"))
+    local = write_v1_details(tmp_path / "local", model="org/local-7b")
+    db = str(tmp_path / "cli.duckdb")
+    argv = ["ingest", "hf://datasets/team/evals", str(local), "hf://datasets/nobody/missing", "--db", db]
+    assert main(argv) == 1  # a repo failed; the others are still ingested
+    out, err = capsys.readouterr()
+    assert [line for line in err.splitlines() if "nobody/missing" in line] == [
+        "FAILED   nobody/missing: repo not found, or private without access: check the name, or set HF_TOKEN "
+        "to a token with access"]
+    assert any(line.startswith("fetched ") and "team/evals" in line for line in out.splitlines())
+    cli_store = Store(tmp_path / "cli.duckdb")
+    assert {"toy_group@3shot", "arc"} <= set(cli_store.benchmarks())
+    assert {"org/local-7b"} <= set(cli_store.query("SELECT model FROM models")["model"].to_list())
+    assert cli_store.hub_sha("team/evals", "main") == server.repos["team/evals"].commits[-1][0]
+
+    server.calls.clear()
+    assert main(["ingest", "hf://datasets/team/evals", "--db", db]) == 0
+    out, _err = capsys.readouterr()
+    assert server.calls == ["GET /api/datasets/team/evals/revision/main"]  # no download
+    assert any(line.startswith("unchanged ") and "team/evals" in line for line in out.splitlines())
+    assert "Hub repos: 0 fetched, 1 unchanged, 0 failed" in out
