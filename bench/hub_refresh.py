@@ -13,6 +13,7 @@ so they measure the client's and the store's own cost, not the Hub's latency).
 
     python bench/hub_refresh.py                  # 3 repos (lm-eval, v1 and v2 details)
     python bench/hub_refresh.py --extra-repos 20 # 20 more v2 details repos under the glob
+    python bench/hub_refresh.py --sources hf://datasets/team/evals   # the repo the new model goes to
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ def _repo(files: dict[str, bytes]) -> Repo:
     return repo
 
 
-def _measure(server: HubServer, fetcher: HubFetcher, label: str) -> dict[str, object]:
+def _measure(server: HubServer, fetcher: HubFetcher, sources: str, label: str) -> dict[str, object]:
     server.calls.clear()
     t0 = time.perf_counter()
-    out: list[RepoFetch] = fetcher.refresh(parse_sources(SOURCES), report_unchanged=True)
+    out: list[RepoFetch] = fetcher.refresh(parse_sources(sources), report_unchanged=True)
     seconds = time.perf_counter() - t0
     failed = [f"{f.repo}: {f.error}" for f in out if f.status == "failed"]
     if failed:
@@ -59,6 +60,7 @@ def _measure(server: HubServer, fetcher: HubFetcher, label: str) -> dict[str, ob
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sources", default=SOURCES, help=f"comma-separated sources (default {SOURCES})")
     parser.add_argument("--extra-repos", type=int, default=0, help="more v2 details repos matched by the glob")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="hub-bench-"))
@@ -76,13 +78,15 @@ def main(argv: list[str] | None = None) -> int:
         store = Store(work / "bench.duckdb")
         store.apply_schema()
         fetcher = HubFetcher(store, work / "hf-cache")
-        rows = [_measure(server, fetcher, "first fetch"), _measure(server, fetcher, "unchanged")]
+        rows = [_measure(server, fetcher, args.sources, "first fetch"),
+                _measure(server, fetcher, args.sources, "unchanged")]
         new = write_v2_details(work / "new", model="org/new-model")
         server.repos["team/evals"].push(files_from(new, "org__new-model/"))
-        rows.append(_measure(server, fetcher, "one new model"))
+        rows.append(_measure(server, fetcher, args.sources, "one new model"))
     finally:
         server.close()
-    print(f"{len(server.repos)} repos ({SOURCES}), real huggingface_hub client against tests/hub_server.py")
+    print(f"{args.sources} ({len(server.repos)} repos on the server): real huggingface_hub client, "
+          "tests/hub_server.py")
     cols = list(rows[0])
     print("  ".join(f"{c:>13}" for c in cols))
     for r in rows:
