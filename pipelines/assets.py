@@ -75,10 +75,11 @@ def _listing(rows: list[tuple[str, str]]) -> dg.MetadataValue:
                       "sha256, a newer run replaces an older one as current (kept as history), bad files or "
                       "parts are refused with the reason. Reports which benchmarks changed.")
 def raw_results(context: dg.AssetExecutionContext, store: StoreResource, source: SourceResource):
-    folder = source.resolve()
+    folders = source.folders()
+    folder = ", ".join(map(str, folders)) or None
     db = store.store()
     before = {b: db.data_version(b) for b in db.benchmarks()}
-    report = db.ingest(folder) if folder is not None else IngestReport()
+    report = db.ingest(folders) if folders else IngestReport()
     hub = HubFetcher(db, log=context.log.info).refresh(source.hub()) if source.hub() else []
     for fetch in hub:
         if fetch.error:

@@ -101,13 +101,18 @@ def new_units(folder: Path, cursor: dict[str, str], ingested: set[str]) -> tuple
 @dg.sensor(job=ingest_job, minimum_interval_seconds=SENSOR_INTERVAL, default_status=dg.DefaultSensorStatus.RUNNING)
 def new_results_sensor(context: dg.SensorEvaluationContext, source: SourceResource, store: StoreResource):
     """A source unit the store does not hold yet -> one ``ingest`` run (never one per benchmark)."""
-    folder = source.resolve()
-    if folder is None:
+    folders = source.folders()
+    if not folders:
         return dg.SkipReason("no local source folder configured (Hub sources: hub_sources_sensor)")
+    folder = ", ".join(map(str, folders))
     cursor = json.loads(context.cursor) if context.cursor else {}
     ingested = set(store.store().query("SELECT DISTINCT sha256 FROM ingests WHERE status IN ('ok', 'partial')")
                    .get_column("sha256").to_list())
-    fresh, new_cursor = new_units(folder, cursor, ingested)
+    fresh, new_cursor = [], {}
+    for each in folders:  # the cursor is keyed by unit path: the folders' entries do not collide
+        more, seen = new_units(each, cursor, ingested)
+        fresh += more
+        new_cursor |= seen
     context.update_cursor(json.dumps(new_cursor))
     if not fresh:
         return dg.SkipReason(f"no new results in {folder} ({len(new_cursor)} unit(s), all already ingested)")

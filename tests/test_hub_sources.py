@@ -182,3 +182,23 @@ def test_cli_ingests_repos_and_folders_reports_unchanged_and_one_line_per_failed
     assert server.calls == ["GET /api/datasets/team/evals/revision/main"]  # no download
     assert any(line.startswith("unchanged ") and "team/evals" in line for line in out.splitlines())
     assert "Hub repos: 0 fetched, 1 unchanged, 0 failed" in out
+
+
+def test_several_local_folders_are_all_watched_and_ingested(tmp_path: Path) -> None:
+    import dagster as dg
+
+    from pipelines.assets import raw_results
+    from pipelines.automation import new_results_sensor
+    from pipelines.resources import SourceResource, StoreResource
+
+    a = write_v1_details(tmp_path / "a", model="org/a-7b")
+    b = write_v2_details(tmp_path / "b", model="org/b-v2")
+    resources = {"store": StoreResource(path=str(tmp_path / "dg.duckdb")),
+                 "source": SourceResource(path=f"{tmp_path / 'a'}, {tmp_path / 'b'}")}
+    instance = dg.DagsterInstance.ephemeral()
+    tick = new_results_sensor(dg.build_sensor_context(resources=resources, instance=instance))
+    assert isinstance(tick, dg.RunRequest)
+    assert set(tick.tags["sparseeval/new_units"].split(", ")) == {a.name, b.name}
+    dg.materialize([raw_results], resources=resources, instance=instance)
+    models = set(Store(tmp_path / "dg.duckdb").query("SELECT model FROM models")["model"].to_list())
+    assert {"org/a-7b", "org/b-v2"} <= models
