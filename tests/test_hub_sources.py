@@ -171,6 +171,8 @@ def test_cli_ingests_repos_and_folders_reports_unchanged_and_one_line_per_failed
         "FAILED   nobody/missing: repo not found, or private without access: check the name, or set HF_TOKEN "
         "to a token with access"]
     assert any(line.startswith("fetched ") and "team/evals" in line for line in out.splitlines())
+    sha = server.repos["team/evals"].commits[-1][0]
+    assert f"team/evals@{sha[:8]}: downloading 1/4 org__dummy/results_" in err  # progress, one line per file
     cli_store = Store(tmp_path / "cli.duckdb")
     assert {"toy_group@3shot", "arc"} <= set(cli_store.benchmarks())
     assert {"org/local-7b"} <= set(cli_store.query("SELECT model FROM models")["model"].to_list())
@@ -202,3 +204,25 @@ def test_several_local_folders_are_all_watched_and_ingested(tmp_path: Path) -> N
     dg.materialize([raw_results], resources=resources, instance=instance)
     models = set(Store(tmp_path / "dg.duckdb").query("SELECT model FROM models")["model"].to_list())
     assert {"org/a-7b", "org/b-v2"} <= models
+
+
+def test_rate_limit_past_the_retries_is_reported_and_nothing_recorded(hub) -> None:
+    from sparseeval.hub_sources import RETRIES
+
+    server, store, fetcher = hub
+    server.repos["team/evals"].rate_limit = RETRIES + 1  # every attempt answered 429
+    (f,) = fetcher.refresh(parse_sources("hf://datasets/team/evals"))
+    assert f.status == "failed" and f.error.startswith("the Hub answered 429") and f.calls == RETRIES + 1
+    assert server.calls.count("GET /api/datasets/team/evals/revision/main") == RETRIES + 1
+    assert store.hub_sha("team/evals", "main") is None
+
+
+def test_hub_sensor_runs_by_default_on_the_sensor_interval_and_requests_the_ingest_job() -> None:
+    import dagster as dg
+
+    from pipelines.automation import SENSOR_INTERVAL
+    from pipelines.definitions import defs
+
+    sensor = defs.resolve_sensor_def("hub_sources_sensor")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert sensor.minimum_interval_seconds == SENSOR_INTERVAL and sensor.job_name == "ingest"
