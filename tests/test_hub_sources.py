@@ -133,26 +133,32 @@ def test_sensor_requests_one_ingest_of_new_revisions_and_the_run_shows_what_was_
     server, _store, _fetcher = hub
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     resources = {"store": StoreResource(path=str(tmp_path / "dg.duckdb")),
-                 "source": SourceResource(path="hf://datasets/team/evals,hf://datasets/team/*-details")}
+                 "source": SourceResource(path="hf://datasets/team/evals,hf://datasets/team/*-details,"
+                                           "hf://datasets/nobody/gone")}
     instance = dg.DagsterInstance.ephemeral()
     tick = hub_sources_sensor(dg.build_sensor_context(resources=resources, instance=instance))
     assert isinstance(tick, dg.RunRequest) and "team/evals@" in tick.tags["sparseeval/new_revisions"]
     result = dg.materialize([raw_results], resources=resources, instance=instance)
     meta = result.asset_materializations_for_node("raw_results")[0].metadata
-    assert meta["hub_files"].value > 0 and meta["hub_failed"].value == 0
-    assert {r["repo"] for r in meta["hub_fetched"].data} == {"team/evals", "team/model-7b-details",
-                                                              "team/model-v2-details"}
+    assert meta["hub_files"].value > 0 and meta["hub_failed"].value == 1
+    rows = {r["repo"]: r for r in meta["hub_fetched"].data}
+    assert set(rows) == {"team/evals", "team/model-7b-details", "team/model-v2-details", "nobody/gone"}
+    assert rows["nobody/gone"]["status"] == "failed" and "repo not found" in rows["nobody/gone"]["error"]
+    assert rows["team/evals"]["sha"] == server.repos["team/evals"].commits[-1][0]
     server.calls.clear()
     again = hub_sources_sensor(dg.build_sensor_context(resources=resources, instance=instance))
     assert isinstance(again, dg.SkipReason)
-    assert len([c for c in server.calls if "/revision/" in c]) == 3 and not any("resolve" in c for c in server.calls)
-    server.repos["team/evals"].push(files_from(write_v2_details(tmp_path / "n", model="org/n2"), "org__n2/"))
+    assert len([c for c in server.calls if "/revision/" in c]) == 4 and not any("resolve" in c for c in server.calls)
+    pushed = files_from(write_v2_details(tmp_path / "n", model="org/n2"), "org__n2/")
+    server.repos["team/evals"].push(pushed)
     new = hub_sources_sensor(dg.build_sensor_context(resources=resources, instance=instance))
     assert isinstance(new, dg.RunRequest) and "model-7b" not in new.tags["sparseeval/new_revisions"]
     server.calls.clear()
     result = dg.materialize([raw_results], resources=resources, instance=instance)
     meta = result.asset_materializations_for_node("raw_results")[0].metadata
-    assert [r["files"] for r in meta["hub_fetched"].data] == [5]
+    assert [(r["repo"], r["files"]) for r in meta["hub_fetched"].data if r["status"] == "fetched"] == [
+        ("team/evals", 5)]
+    assert meta["hub_bytes"].value == sum(len(b) for b in pushed.values()) and meta["hub_seconds"].value > 0
     assert all("org__n2/" in c for c in server.calls if c.startswith("GET /datasets/"))
 
 
