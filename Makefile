@@ -13,7 +13,7 @@ export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install run test test-fast lint ui mlflow-ui clean bench-accuracy bench-speed bench-ingest bench-coverage \
-	bench-refresh bench-simulate bench-ui bench-sql-start
+	bench-refresh bench-simulate bench-ui bench-sql-start bench-hub-refresh
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -65,6 +65,9 @@ bench-coverage: install
 
 bench-refresh: install
 	$(PY) bench/refresh.py --quick
+
+bench-hub-refresh: install
+	$(PY) bench/hub_refresh.py
 
 bench-simulate: install
 	$(PY) bench/simulate.py --days 60 --root $(SPARSEEVAL_DATA_DIR)/simulation

@@ -34,6 +34,7 @@ from sparseeval.budget import comparison_plan
 from sparseeval.champion import baseline_mae, crossfit_coverage, decide, mean_guess_mae, refit_on_anchors
 from sparseeval.device import cpu_threads
 from sparseeval.evaluation import fit_on_split, results_frame, run_protocol, split_for_seed, summarize
+from sparseeval.hub_sources import HubFetcher
 from sparseeval.matrix import EmptyMatrixError, ResponseMatrix
 from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.names import slug
@@ -43,6 +44,7 @@ from sparseeval.refresh import comparison_key, fit_key, matrix_range_check, publ
 from sparseeval.report import plot_mae_vs_k
 from sparseeval.scoring import artifact_from_fit
 from sparseeval.sources import model_dates
+from sparseeval.store import IngestReport
 from sparseeval.tracking import log_comparison, tracked_run
 
 GROUP = "sparseeval"
@@ -73,10 +75,15 @@ def _listing(rows: list[tuple[str, str]]) -> dg.MetadataValue:
                       "sha256, a newer run replaces an older one as current (kept as history), bad files or "
                       "parts are refused with the reason. Reports which benchmarks changed.")
 def raw_results(context: dg.AssetExecutionContext, store: StoreResource, source: SourceResource):
-    folder = source.resolve()
+    folders = source.folders()
+    folder = ", ".join(map(str, folders)) or None
     db = store.store()
     before = {b: db.data_version(b) for b in db.benchmarks()}
-    report = db.ingest(folder)
+    report = db.ingest(folders) if folders else IngestReport()
+    hub = HubFetcher(db, log=context.log.info).refresh(source.hub()) if source.hub() else []
+    for fetch in hub:
+        if fetch.error:
+            context.log.warning("%s: %s", fetch.repo, fetch.error)
     after = {b: db.data_version(b) for b in db.benchmarks()}
     changed = sorted(b for b, v in after.items() if before.get(b) != v)
     refused = [(f.file, f.reason or "") for f in report.files if f.status == "refused"]
@@ -87,7 +94,12 @@ def raw_results(context: dg.AssetExecutionContext, store: StoreResource, source:
         context.log.warning("refused %s: %s", file, reason)
     context.log.info("ingest of %s: %d benchmark(s) changed: %s", folder, len(changed), ", ".join(changed) or "none")
     yield dg.MaterializeResult(metadata={
-        "source": str(folder),
+        "source": source.path or str(folder),
+        "hub_fetched": dg.MetadataValue.json([f.row() for f in hub]),
+        "hub_files": sum(len(f.files) for f in hub),
+        "hub_bytes": sum(f.bytes for f in hub),
+        "hub_seconds": round(sum(f.seconds for f in hub), 3),
+        "hub_failed": sum(f.status == "failed" for f in hub),
         "benchmarks": dg.MetadataValue.json(sorted(after)),
         "changed_benchmarks": dg.MetadataValue.json(changed),
         "data_versions": dg.MetadataValue.json(after),

@@ -6,6 +6,8 @@
 * ``new_results_sensor``: a source unit whose bytes are not in the store yet -> one ``ingest`` run.
   Its cursor starts from what the store has already ingested (sha256 in ``ingests``), so opening
   the UI after ``make run`` launches nothing.
+* ``hub_sources_sensor``: a ``hf://datasets/...`` repo whose commit the store has not ingested -> one
+  ``ingest`` run; an unchanged repo costs one metadata call per tick (:mod:`sparseeval.hub_sources`).
 * ``stale_benchmarks_sensor``: asks the **store** which benchmarks are stale: a data version or a
   setting whose fit key has no decision yet, or a comparison key with no rows
   (:func:`sparseeval.refresh.stale_benchmarks`). So results ingested by ``sparseeval ingest`` into the
@@ -32,6 +34,7 @@ from pipelines.partitions import BENCHMARK_PARTITIONS, benchmark_partitions, par
 from pipelines.resources import SettingsResource, SourceResource, StoreResource
 from sparseeval import settings as defaults
 from sparseeval.benchmarks import BenchmarkNameError, joint_benchmarks
+from sparseeval.hub_sources import HubFetcher
 from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.readers.detect import discover
 from sparseeval.refresh import fit_key, joint_data_version, stale_benchmarks
@@ -98,17 +101,41 @@ def new_units(folder: Path, cursor: dict[str, str], ingested: set[str]) -> tuple
 @dg.sensor(job=ingest_job, minimum_interval_seconds=SENSOR_INTERVAL, default_status=dg.DefaultSensorStatus.RUNNING)
 def new_results_sensor(context: dg.SensorEvaluationContext, source: SourceResource, store: StoreResource):
     """A source unit the store does not hold yet -> one ``ingest`` run (never one per benchmark)."""
-    folder = source.resolve()
+    folders = source.folders()
+    if not folders:
+        return dg.SkipReason("no local source folder configured (Hub sources: hub_sources_sensor)")
+    folder = ", ".join(map(str, folders))
     cursor = json.loads(context.cursor) if context.cursor else {}
     ingested = set(store.store().query("SELECT DISTINCT sha256 FROM ingests WHERE status IN ('ok', 'partial')")
                    .get_column("sha256").to_list())
-    fresh, new_cursor = new_units(folder, cursor, ingested)
+    fresh, new_cursor = [], {}
+    for each in folders:  # the cursor is keyed by unit path: the folders' entries do not collide
+        more, seen = new_units(each, cursor, ingested)
+        fresh += more
+        new_cursor |= seen
     context.update_cursor(json.dumps(new_cursor))
     if not fresh:
         return dg.SkipReason(f"no new results in {folder} ({len(new_cursor)} unit(s), all already ingested)")
     digest = hashlib.sha256("\n".join(sorted(str(u) for u in fresh) + sorted(new_cursor.values())).encode())
     return dg.RunRequest(run_key=f"files-{digest.hexdigest()[:16]}",
                          tags={"sparseeval/new_units": ", ".join(u.name for u in fresh)[:200]})
+
+
+@dg.sensor(job=ingest_job, minimum_interval_seconds=SENSOR_INTERVAL, default_status=dg.DefaultSensorStatus.RUNNING)
+def hub_sources_sensor(context: dg.SensorEvaluationContext, source: SourceResource, store: StoreResource):
+    """A Hub repo whose commit the store has not ingested -> one ``ingest`` run (one metadata call per repo)."""
+    sources = source.hub()
+    if not sources:
+        return dg.SkipReason("no hf://datasets/... source configured")
+    fresh, failed = HubFetcher(store.store(), log=context.log.info).new_revisions(sources)
+    for f in failed:
+        context.log.warning("%s: %s", f.repo, f.error)
+    if not fresh:
+        return dg.SkipReason(f"no new revision on the Hub ({len(failed)} repo(s) failed: see the log)" if failed
+                             else "every Hub repo is at the revision already ingested")
+    names = sorted(f"{f.repo}@{f.sha}" for f in fresh)
+    return dg.RunRequest(run_key="hub-" + hashlib.sha256("\n".join(names).encode()).hexdigest()[:16],
+                         tags={"sparseeval/new_revisions": ", ".join(n[:len(n) - 32] for n in names)[:200]})
 
 
 @dg.sensor(job=refresh_job, minimum_interval_seconds=SENSOR_INTERVAL, default_status=dg.DefaultSensorStatus.RUNNING)

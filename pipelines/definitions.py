@@ -9,6 +9,7 @@ import dagster as dg
 from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
 from pipelines.automation import (
     daily_refresh,
+    hub_sources_sensor,
     ingest_job,
     joint_job,
     joint_sensor,
@@ -30,7 +31,7 @@ def build_definitions(resources: dict[str, Any] | None = None) -> dg.Definitions
         asset_checks=publishing_checks,
         jobs=[ingest_job, refresh_job, joint_job],
         schedules=[daily_refresh],
-        sensors=[new_results_sensor, stale_benchmarks_sensor, joint_sensor],
+        sensors=[new_results_sensor, hub_sources_sensor, stale_benchmarks_sensor, joint_sensor],
         resources=resources if resources is not None else default_resources(),
         # one process per run: torch is imported once; runs themselves are queued (see dagster.yaml)
         executor=dg.in_process_executor,

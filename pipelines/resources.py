@@ -15,6 +15,7 @@ import dagster as dg
 
 from sparseeval import settings as defaults
 from sparseeval.evaluation import ProtocolConfig
+from sparseeval.hub_sources import HubSource, parse_sources
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
 from sparseeval.tracking import TrackingConfig
@@ -51,7 +52,9 @@ class TrackingResource(dg.ConfigurableResource):
 
 
 class SourceResource(dg.ConfigurableResource):
-    """Where raw results come from: a folder of result units (files or unit folders) in any supported format.
+    """Where raw results come from: comma-separated sources (:func:`sparseeval.hub_sources.parse_sources`):
+    folders of result units (files or unit folders) in any supported format, ``hf://datasets/ORG/REPO[@rev]``
+    and ``hf://datasets/ORG/GLOB``. Every folder is ingested and watched; Hub repos are fetched incrementally.
 
     Empty ``path`` means ``<data dir>/source``, seeded with the embedded synthetic leaderboard in
     ``<data dir>/source/synthetic``; files dropped beside it are ingested too (the sensor sees them).
@@ -61,9 +64,23 @@ class SourceResource(dg.ConfigurableResource):
     data_dir: str = "data"
     synthetic_seed: int = 0
 
-    def resolve(self) -> Path:
-        if self.path:
-            return Path(self.path)
+    def hub(self) -> list[HubSource]:
+        """The ``hf://datasets/...`` sources among the comma-separated ``path``."""
+        return [s for s in parse_sources(self.path) if isinstance(s, HubSource)]
+
+    def folders(self) -> list[Path]:
+        """Every local folder among the comma-separated ``path`` (none when only Hub sources are named)."""
+        local = [s for s in parse_sources(self.path) if isinstance(s, Path)]
+        if local or self.path:
+            return local
+        return [self._embedded()]
+
+    def resolve(self) -> Path | None:
+        """The first local folder; None when only Hub sources are named."""
+        folders = self.folders()
+        return folders[0] if folders else None
+
+    def _embedded(self) -> Path:
         root = Path(self.data_dir) / "source"
         embedded = root / "synthetic"
         if not (embedded / "responses.parquet").is_file():

@@ -28,7 +28,11 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
     Setting("SPARSEEVAL_DATA_DIR", "data", "folder of the DuckDB store, MLflow store, predictors, embedded source"),
     Setting("SPARSEEVAL_DB", "", "DuckDB file (default <data dir>/sparseeval.duckdb)"),
     Setting("SPARSEEVAL_PREDICTORS", "", "published predictors (default <data dir>/predictors)"),
-    Setting("SPARSEEVAL_SOURCE", "", "results folder to ingest (default: the embedded synthetic leaderboard)"),
+    Setting("SPARSEEVAL_SOURCE", "",
+            "sources to ingest, comma-separated: results folders, hf://datasets/ORG/REPO[@revision] (one Hub "
+            "dataset repo) and hf://datasets/ORG/GLOB (an org's matching repos); an unchanged repo costs one "
+            "metadata call per refresh, a new commit downloads only its new files (default: the embedded "
+            "synthetic leaderboard)"),
     Setting("SPARSEEVAL_METHOD", "sparseeval-mlp", "anchor method the pipeline publishes"),
     Setting("SPARSEEVAL_K", "20", "anchors per benchmark"),
     Setting("SPARSEEVAL_JOINT_BENCHMARKS", "",

@@ -229,3 +229,25 @@ CREATE TABLE IF NOT EXISTS predictions (
     created_at    TIMESTAMP DEFAULT current_timestamp,
     PRIMARY KEY (model, benchmark, anchor_set_id)
 );
+
+-- Hugging Face Hub dataset repos (sparseeval.hub_sources): per repo and requested revision, the commit
+-- sha last ingested, so an unchanged repo costs one metadata call; and per file the blob id ingested,
+-- so a new revision downloads only the files that are new or changed.
+CREATE TABLE IF NOT EXISTS hub_revisions (
+    repo        VARCHAR NOT NULL,       -- ORG/REPO (a dataset repo)
+    revision    VARCHAR NOT NULL,       -- what the source asked for: a branch, tag or sha ('main' by default)
+    sha         VARCHAR NOT NULL,       -- the commit it resolved to and was ingested at
+    files       INTEGER,                -- files downloaded for that commit
+    bytes       BIGINT,
+    seconds     DOUBLE,
+    ingested_at TIMESTAMP,
+    PRIMARY KEY (repo, revision)
+);
+CREATE TABLE IF NOT EXISTS hub_files (
+    repo        VARCHAR NOT NULL,
+    path        VARCHAR NOT NULL,       -- file path inside the repo
+    blob_id     VARCHAR NOT NULL,       -- git blob id (changes with the content)
+    sha         VARCHAR NOT NULL,       -- commit it was downloaded at
+    size        BIGINT,
+    PRIMARY KEY (repo, path, blob_id)
+);

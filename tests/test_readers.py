@@ -1,4 +1,4 @@
-"""Readers for lm-eval output, leaderboard details/results, detection and the hub loader (offline)."""
+"""Readers for lm-eval output, leaderboard details/results, detection and the details file patterns (offline)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from sparseeval.readers.base import MODELS_SCHEMA, RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError
 from sparseeval.readers.detect import detect_format, discover, iter_sources, read_source
-from sparseeval.readers.hub import details_patterns, load_details
+from sparseeval.readers.hub import details_patterns
 from sparseeval.readers.leaderboard import read_details_v1, read_leaderboard_results
 from sparseeval.readers.lm_eval import read_lm_eval
 from tests.fixtures.formats import (
@@ -351,14 +351,15 @@ def test_iter_sources_units_and_detection(tmp_path: Path) -> None:
     assert parsed.format == "long"
 
 
-def test_hub_loader_reads_local_folder_without_network(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_details_snapshot_folder_reads_each_unit_and_patterns_name_a_benchmarks_files(tmp_path: Path) -> None:
+    # a Hub snapshot folder (as hub_sources leaves it) holds one unit per model, read by the folder reader
     write_v1_details(tmp_path / "snap", model="org/a")
     write_v1_details(tmp_path / "snap", model="org/b")
-    parsed = load_details(tmp_path / "snap", benchmarks=["arc", "mmlu"])
-    assert parsed.responses.group_by("model", "benchmark").len().sort("model", "benchmark").rows() == [
+    parsed = [read_source(unit) for unit in iter_sources(tmp_path / "snap")]
+    counts = sorted(row for p in parsed for row in p.responses.group_by("model", "benchmark").len().rows())
+    assert [r for r in counts if r[1] in ("arc", "mmlu")] == [
         ("org/a", "arc", 3), ("org/a", "mmlu", 4), ("org/b", "arc", 3), ("org/b", "mmlu", 4)]
-    assert sorted(parsed.models["model"]) == ["org/a", "org/b"]
+    assert sorted(m for p in parsed for m in p.models["model"]) == ["org/a", "org/b"]
     assert details_patterns(["arc", "mmlu"]) == [
         "results_*.json", "*/results_*.json", "*details_harness|arc:challenge|25*.parquet",
         "*details_harness|hendrycksTest-*.parquet"]
@@ -370,8 +371,6 @@ def test_hub_loader_reads_local_folder_without_network(tmp_path: Path, monkeypat
     assert len(bbh) == 2 + 24 and not any(fnmatch("samples_leaderboard_bbh_x_2024-06-01T00-00-00.jsonl", p)
                                           for p in bbh)
     assert details_patterns(["mmlu_pro"], layout="v2")[2:] == ["*samples_leaderboard_mmlu_pro_*.jsonl"]
-    with pytest.raises(ValueError, match="no cache_dir"):
-        load_details("org/not-a-local-folder")
 
 
 @needs_real_data

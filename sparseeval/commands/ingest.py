@@ -1,9 +1,16 @@
-"""``sparseeval ingest PATH... [--db FILE]``: store result files and folders in the DuckDB store.
+"""``sparseeval ingest SOURCE... [--db FILE]``: store result files, folders and Hub dataset repos.
+
+A SOURCE is a local file or folder, ``hf://datasets/ORG/REPO[@revision]`` or ``hf://datasets/ORG/GLOB``
+(parsed and fetched by :mod:`sparseeval.hub_sources`, as the pipeline's ``SPARSEEVAL_SOURCE`` is). A Hub
+repo whose commit the store already ingested costs one metadata call and is reported ``unchanged``;
+each repo that fails is one line on stderr naming it and the fault, and the other sources are still
+ingested (exit 1).
 
 Prints one row per unit (stored, partial, skipped, refused) with what it brought and what it
 replaced, then each refused or skipped part of a unit with its reason, and exits 1 when anything
 was refused (a whole unit or a part of one), so a script or scheduler notices bad input instead of
-silently running on less data. Ctrl-C stops after rolling back the unit in progress (exit 130).
+silently running on less data (or when a Hub repo failed). Ctrl-C stops after rolling back the unit in
+progress (exit 130).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import sys
 from pathlib import Path
 
 from sparseeval.commands.arguments import writable_db
+from sparseeval.hub_sources import HubFetcher, HubSource, RepoFetch, parse_source
 from sparseeval.progress import progress_bar
 from sparseeval.store import IngestReport, PublishInterrupted, Store, StoreError, default_db_path
 
@@ -29,7 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "same model and benchmark replaces the older one as current (kept as history); bad units or "
                     "parts of units are refused with the reason and leave the store unchanged.",
     )
-    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders to ingest")
+    parser.add_argument("paths", nargs="+", metavar="SOURCE",
+                        help="files or folders to ingest, or Hub dataset repos: hf://datasets/ORG/REPO[@revision] "
+                             "or hf://datasets/ORG/GLOB (only files not ingested yet are downloaded)")
     parser.add_argument("--db", type=writable_db, default=None,
                         help="DuckDB file (default: $SPARSEEVAL_DB or data/sparseeval.duckdb)")
     parser.set_defaults(func=run)
@@ -60,11 +70,38 @@ def format_report(report: IngestReport) -> list[str]:
     return lines
 
 
+def format_hub(fetches: list[RepoFetch]) -> list[str]:
+    """One row per Hub repo: what the refresh did, at which commit, and what it downloaded."""
+    width = max([len(f.repo) for f in fetches] + [4])
+    head = f"{'status':<9} {'repo':<{width}} {'commit':<8} {'files':>5} {'bytes':>11} {'seconds':>7}"
+    lines = [head, "-" * len(head)]
+    for f in fetches:
+        lines.append(f"{f.status:<9} {f.repo:<{width}} {(f.sha or '')[:8]:<8} {len(f.files):>5} {f.bytes:>11,} "
+                     f"{f.seconds:>7.2f}" + (f"\n    {f.error}" if f.error else ""))
+    return lines
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        sources = [parse_source(p) for p in args.paths]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    local = [s for s in sources if isinstance(s, Path)]
+    hub = [s for s in sources if isinstance(s, HubSource)]
+    fetches: list[RepoFetch] = []
+    try:
         store = Store(args.db or default_db_path())
-        with progress_bar("ingest", unit="unit") as tick:
-            report = store.ingest(args.paths, progress=lambda entry: tick(f"{entry.status} {Path(entry.file).name}"))
+        report = IngestReport()
+        if local:
+            with progress_bar("ingest", unit="unit") as tick:
+                report = store.ingest(local, progress=lambda entry: tick(f"{entry.status} {Path(entry.file).name}"))
+        if hub:  # download progress and refused parts of a repo's files go to stderr as they happen
+            fetches = HubFetcher(store, log=_stderr).refresh(hub, report_unchanged=True)
     except PublishInterrupted:
         print("interrupted after the unit in progress was stored: its snapshot will be refreshed by the next "
               "write or `sparseeval doctor --repair`; no further unit was read", file=sys.stderr)
@@ -76,7 +113,13 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(format_report(report)))
+    if local:
+        print("\n".join(format_report(report)))
+    if fetches:
+        print("\n".join(format_hub(fetches)))
+    failed = [f for f in fetches if f.status == "failed"]
+    for f in failed:  # one line per repo, for scripts that only watch stderr
+        print(f"FAILED   {f.repo}: {f.error}", file=sys.stderr)
     if report.publish_error:
         print(f"note: stored, but the read-only snapshot was not refreshed ({report.publish_error}); the next "
               "write or `sparseeval doctor --repair` refreshes it", file=sys.stderr)
@@ -89,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
     counts = {s: len(report.by_status(s)) for s in ("ok", "partial", "skipped", "refused")}
     n_parts = sum(1 for f in report.files for n in f.notes if n.status == "refused")
     parts = f" ({n_parts} part(s) of units refused)" if n_parts else ""
-    print(f"{counts['ok']} stored, {counts['partial']} partly stored, {counts['skipped']} skipped, "
-          f"{counts['refused']} refused{parts} -> {store.path}")
-    return 1 if report.refused else 0
+    hub_counts = {s: sum(f.status == s for f in fetches) for s in ("fetched", "unchanged", "failed")}
+    summary = [f"{counts['ok']} stored, {counts['partial']} partly stored, {counts['skipped']} skipped, "
+               f"{counts['refused']} refused{parts}"] if local else []
+    if hub:
+        summary.append(f"Hub repos: {hub_counts['fetched']} fetched, {hub_counts['unchanged']} unchanged, "
+                       f"{hub_counts['failed']} failed")
+    print("; ".join(summary) + f" -> {store.path}")
+    return 1 if report.refused or failed else 0

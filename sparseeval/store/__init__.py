@@ -4,7 +4,7 @@ One concern per module: :mod:`.connection` (write transactions, the read-only sn
 :mod:`.pinning` (read exactly the named bytes, once), :mod:`.bulk` (large long parquet checked and
 read by DuckDB), :mod:`.ingest` (units -> runs -> rows, supersede / merge / conflict rules),
 :mod:`.reading` (frames for the matrix, counts), :mod:`.results` (anchor sets, evaluations,
-predictions), :mod:`.publications` (fit decisions and publication steps).
+predictions), :mod:`.publications` (fit decisions and publication steps), :mod:`.hub` (Hub repos' ingested commits).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from sparseeval.store.connection import (
     StorePathError,
     default_db_path,
 )
+from sparseeval.store.hub import HubRecords
 from sparseeval.store.ingest import FileReport, Ingesting, IngestReport, default_reader
 from sparseeval.store.publications import PublicationRecords
 from sparseeval.store.reading import TABLES, Reading
@@ -28,5 +29,5 @@ __all__ = ["TABLES", "FileReport", "IngestReport", "PublishInterrupted", "Store"
            "StoreLayoutError", "StoreLockedError", "StorePathError", "bulk_long", "default_db_path", "default_reader"]
 
 
-class Store(Ingesting, Reading, ResultWriters, PublicationRecords):
+class Store(Ingesting, Reading, ResultWriters, PublicationRecords, HubRecords):
     """A DuckDB file holding results (with their run history), anchors, evaluations and predictions."""

@@ -1,0 +1,234 @@
+"""Hub dataset repos as sources, through the real huggingface_hub client against tests/hub_server.py.
+
+The repos hold the lm-eval 0.4.13 files in tests/fixtures/real_formats (as ``push_results_to_hub``
+lays them out: ``<org>__<model>/results_*.json`` + ``samples_*.jsonl``) and the v1 / v2 leaderboard
+details layouts written by tests/fixtures/formats.py. Real DuckDB store; no patched client functions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparseeval.hub_sources import HubFetcher, HubSource, parse_source, parse_sources
+from sparseeval.store import Store
+from tests.fixtures.formats import write_v1_details, write_v2_details
+from tests.hub_server import HubServer, Repo, files_from
+
+LM_EVAL = Path(__file__).parent / "fixtures" / "real_formats" / "lm_eval_0.4.13" / "dummy"
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    server = HubServer()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    evals = Repo()
+    evals.push(files_from(LM_EVAL, "org__dummy/"))
+    server.repos["team/evals"] = evals
+    v2 = Repo()
+    v2.push(files_from(write_v2_details(tmp_path / "v2"), "org__model-v2/"))
+    server.repos["team/model-v2-details"] = v2
+    v1 = Repo()
+    v1.push(files_from(write_v1_details(tmp_path / "v1")))
+    server.repos["team/model-7b-details"] = v1
+    store = Store(tmp_path / "s.duckdb")
+    store.apply_schema()
+    yield server, store, HubFetcher(store, tmp_path / "cache")
+    server.close()
+
+
+def test_source_forms() -> None:
+    assert parse_source("data/source") == Path("data/source")
+    assert parse_source("hf://datasets/org/repo@v1.0") == HubSource("org", "repo", "v1.0")
+    assert parse_source("hf://datasets/org/*-details").is_glob
+    assert len(parse_sources("a, hf://datasets/o/r")) == 2
+    with pytest.raises(ValueError, match="hf://models/x/y: only dataset repos"):
+        parse_source("hf://models/x/y")
+    with pytest.raises(ValueError, match="expected hf://datasets/ORG/REPO"):
+        parse_source("hf://datasets/justone")
+
+
+def test_incremental_refresh_fetches_only_new_files_and_unchanged_costs_one_call(hub, tmp_path: Path) -> None:
+    server, store, fetcher = hub
+    sources = parse_sources("hf://datasets/team/evals,hf://datasets/team/*-details")
+    first = {f.repo: f for f in fetcher.refresh(sources)}
+    assert {r: f.status for r, f in first.items()} == dict.fromkeys(
+        ["team/evals", "team/model-7b-details", "team/model-v2-details"], "fetched")
+    assert {"toy_group@3shot", "bbh", "ifeval", "arc"} <= set(store.benchmarks())
+    assert not any(p.endswith("README.md") for p in server.calls if "resolve" in p)  # only result files
+    assert store.hub_sha("team/evals", "main") == server.repos["team/evals"].commits[-1][0]
+
+    # unchanged: one metadata call per repo (plus one listing for the glob), nothing downloaded
+    server.calls.clear()
+    assert [f.status for f in fetcher.refresh(parse_sources("hf://datasets/team/evals"))] == []
+    assert server.calls == ["GET /api/datasets/team/evals/revision/main"]
+
+    # a new model pushed: only its files are downloaded (HEAD + GET each)
+    new = write_v2_details(tmp_path / "v2b", model="org/newer-v2")
+    server.repos["team/evals"].push(files_from(new, "org__newer-v2/"))
+    server.calls.clear()
+    (fetched,) = fetcher.refresh(parse_sources("hf://datasets/team/evals"))
+    got = [c for c in server.calls if c.startswith("GET /datasets/")]
+    assert fetched.status == "fetched" and len(fetched.files) == len(got) == 5
+    assert all("org__newer-v2/" in c for c in got)
+    assert "org/newer-v2" in store.query("SELECT model FROM models")["model"].to_list()
+
+
+def test_offline_serves_the_clients_cache_and_says_when_nothing_is_cached(hub, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    server, _store, fetcher = hub
+    fetcher.refresh(parse_sources("hf://datasets/team/evals"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    server.calls.clear()
+    other = Store(tmp_path / "other.duckdb")
+    other.apply_schema()
+    out = {f.repo: f for f in HubFetcher(other, tmp_path / "cache").refresh(
+        parse_sources("hf://datasets/team/evals,hf://datasets/team/model-7b-details"))}
+    assert server.calls == []
+    assert out["team/evals"].status == "fetched" and "toy_group@3shot" in other.benchmarks()
+    assert out["team/model-7b-details"].status == "failed"
+    assert "nothing of this repo in the client's cache" in out["team/model-7b-details"].error
+
+
+def test_faults_are_reported_per_repo_and_the_rest_goes_on(hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    server, store, fetcher = hub
+    server.repos["team/gated"] = Repo(gated=True)
+    server.repos["team/gated"].push({"a/results_x.json": b"{}"})
+    server.repos["team/evals"].rate_limit = 2  # 429 Retry-After: 0, twice, then served
+    lfs = server.repos["team/model-7b-details"]
+    lfs.missing = {p for p in lfs.commits[-1][1] if p.endswith(".parquet")}
+    server.repos["team/model-v2-details"].moved_to = "f" * 40
+    out = {f.repo: f for f in fetcher.refresh(parse_sources(
+        "hf://datasets/team/gated,hf://datasets/team/evals,hf://datasets/team/*-details,hf://datasets/nobody/x"))}
+    assert out["team/evals"].status == "fetched"  # retried after the wait the 429 named
+    assert "gated repo" in out["team/gated"].error and "HF_TOKEN" in out["team/gated"].error
+    assert "did not resolve (Git-LFS object missing" in out["team/model-7b-details"].error
+    assert "revision changed during the download" in out["team/model-v2-details"].error
+    assert "repo not found, or private" in out["nobody/x"].error
+    for failed in ("team/gated", "team/model-7b-details", "team/model-v2-details"):
+        assert store.hub_sha(failed, "main") is None  # nothing recorded: the next refresh tries again
+    assert "mmlu_pro" not in store.benchmarks()  # the moved repo ingested nothing
+
+
+def test_no_network_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    store = Store(tmp_path / "s.duckdb")
+    store.apply_schema()
+    (f,) = HubFetcher(store, tmp_path / "cache").refresh(parse_sources("hf://datasets/team/evals"))
+    assert f.status == "failed" and "cannot reach the Hub" in f.error
+
+
+def test_sensor_requests_one_ingest_of_new_revisions_and_the_run_shows_what_was_fetched(
+        hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dagster as dg
+
+    from pipelines.assets import raw_results
+    from pipelines.automation import hub_sources_sensor
+    from pipelines.resources import SourceResource, StoreResource
+
+    server, _store, _fetcher = hub
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    resources = {"store": StoreResource(path=str(tmp_path / "dg.duckdb")),
+                 "source": SourceResource(path="hf://datasets/team/evals,hf://datasets/team/*-details,"
+                                           "hf://datasets/nobody/gone")}
+    instance = dg.DagsterInstance.ephemeral()
+    tick = hub_sources_sensor(dg.build_sensor_context(resources=resources, instance=instance))
+    assert isinstance(tick, dg.RunRequest) and "team/evals@" in tick.tags["sparseeval/new_revisions"]
+    result = dg.materialize([raw_results], resources=resources, instance=instance)
+    meta = result.asset_materializations_for_node("raw_results")[0].metadata
+    assert meta["hub_files"].value > 0 and meta["hub_failed"].value == 1
+    rows = {r["repo"]: r for r in meta["hub_fetched"].data}
+    assert set(rows) == {"team/evals", "team/model-7b-details", "team/model-v2-details", "nobody/gone"}
+    assert rows["nobody/gone"]["status"] == "failed" and "repo not found" in rows["nobody/gone"]["error"]
+    assert rows["team/evals"]["sha"] == server.repos["team/evals"].commits[-1][0]
+    server.calls.clear()
+    again = hub_sources_sensor(dg.build_sensor_context(resources=resources, instance=instance))
+    assert isinstance(again, dg.SkipReason)
+    assert len([c for c in server.calls if "/revision/" in c]) == 4 and not any("resolve" in c for c in server.calls)
+    pushed = files_from(write_v2_details(tmp_path / "n", model="org/n2"), "org__n2/")
+    server.repos["team/evals"].push(pushed)
+    new = hub_sources_sensor(dg.build_sensor_context(resources=resources, instance=instance))
+    assert isinstance(new, dg.RunRequest) and "model-7b" not in new.tags["sparseeval/new_revisions"]
+    server.calls.clear()
+    result = dg.materialize([raw_results], resources=resources, instance=instance)
+    meta = result.asset_materializations_for_node("raw_results")[0].metadata
+    assert [(r["repo"], r["files"]) for r in meta["hub_fetched"].data if r["status"] == "fetched"] == [
+        ("team/evals", 5)]
+    assert meta["hub_bytes"].value == sum(len(b) for b in pushed.values()) and meta["hub_seconds"].value > 0
+    assert all("org__n2/" in c for c in server.calls if c.startswith("GET /datasets/"))
+
+
+def test_cli_ingests_repos_and_folders_reports_unchanged_and_one_line_per_failed_repo(
+        hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from sparseeval.cli import main
+
+    server, _store, _fetcher = hub
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cli-cache"))
+    local = write_v1_details(tmp_path / "local", model="org/local-7b")
+    db = str(tmp_path / "cli.duckdb")
+    argv = ["ingest", "hf://datasets/team/evals", str(local), "hf://datasets/nobody/missing", "--db", db]
+    assert main(argv) == 1  # a repo failed; the others are still ingested
+    out, err = capsys.readouterr()
+    assert [line for line in err.splitlines() if "nobody/missing" in line] == [
+        "FAILED   nobody/missing: repo not found, or private without access: check the name, or set HF_TOKEN "
+        "to a token with access"]
+    assert any(line.startswith("fetched ") and "team/evals" in line for line in out.splitlines())
+    sha = server.repos["team/evals"].commits[-1][0]
+    assert f"team/evals@{sha[:8]}: downloading 1/4 org__dummy/results_" in err  # progress, one line per file
+    cli_store = Store(tmp_path / "cli.duckdb")
+    assert {"toy_group@3shot", "arc"} <= set(cli_store.benchmarks())
+    assert {"org/local-7b"} <= set(cli_store.query("SELECT model FROM models")["model"].to_list())
+    assert cli_store.hub_sha("team/evals", "main") == server.repos["team/evals"].commits[-1][0]
+
+    server.calls.clear()
+    assert main(["ingest", "hf://datasets/team/evals", "--db", db]) == 0
+    out, _err = capsys.readouterr()
+    assert server.calls == ["GET /api/datasets/team/evals/revision/main"]  # no download
+    assert any(line.startswith("unchanged ") and "team/evals" in line for line in out.splitlines())
+    assert "Hub repos: 0 fetched, 1 unchanged, 0 failed" in out
+
+
+def test_several_local_folders_are_all_watched_and_ingested(tmp_path: Path) -> None:
+    import dagster as dg
+
+    from pipelines.assets import raw_results
+    from pipelines.automation import new_results_sensor
+    from pipelines.resources import SourceResource, StoreResource
+
+    a = write_v1_details(tmp_path / "a", model="org/a-7b")
+    b = write_v2_details(tmp_path / "b", model="org/b-v2")
+    resources = {"store": StoreResource(path=str(tmp_path / "dg.duckdb")),
+                 "source": SourceResource(path=f"{tmp_path / 'a'}, {tmp_path / 'b'}")}
+    instance = dg.DagsterInstance.ephemeral()
+    tick = new_results_sensor(dg.build_sensor_context(resources=resources, instance=instance))
+    assert isinstance(tick, dg.RunRequest)
+    assert set(tick.tags["sparseeval/new_units"].split(", ")) == {a.name, b.name}
+    dg.materialize([raw_results], resources=resources, instance=instance)
+    models = set(Store(tmp_path / "dg.duckdb").query("SELECT model FROM models")["model"].to_list())
+    assert {"org/a-7b", "org/b-v2"} <= models
+
+
+def test_rate_limit_past_the_retries_is_reported_and_nothing_recorded(hub) -> None:
+    from sparseeval.hub_sources import RETRIES
+
+    server, store, fetcher = hub
+    server.repos["team/evals"].rate_limit = RETRIES + 1  # every attempt answered 429
+    (f,) = fetcher.refresh(parse_sources("hf://datasets/team/evals"))
+    assert f.status == "failed" and f.error.startswith("the Hub answered 429") and f.calls == RETRIES + 1
+    assert server.calls.count("GET /api/datasets/team/evals/revision/main") == RETRIES + 1
+    assert store.hub_sha("team/evals", "main") is None
+
+
+def test_hub_sensor_runs_by_default_on_the_sensor_interval_and_requests_the_ingest_job() -> None:
+    import dagster as dg
+
+    from pipelines.automation import SENSOR_INTERVAL
+    from pipelines.definitions import defs
+
+    sensor = defs.resolve_sensor_def("hub_sources_sensor")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert sensor.minimum_interval_seconds == SENSOR_INTERVAL and sensor.job_name == "ingest"
