@@ -55,14 +55,6 @@ def existing_path(text: str) -> Path:
     return path
 
 
-def existing_db(text: str) -> Path:
-    """A store that must already exist (read-only commands never create one)."""
-    path = Path(text)
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{text}: no such file (create a store with 'sparseeval ingest --db {text}')")
-    return writable_db(text)
-
-
 def writable_db(text: str) -> Path:
     """A store path: a new path (the store starts there) or an existing non-empty file."""
     path = Path(text)
