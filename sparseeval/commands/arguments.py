@@ -9,51 +9,42 @@ benchmark present) is checked by the command, with the argument's name in its me
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T", int, float)
+
+
+def _checked(text: str, cast: Callable[[str], T], ok: Callable[[T], bool], expected: str) -> T:
+    """``cast(text)`` when it parses and passes ``ok``; else the parser's one-line refusal."""
+    try:
+        value = cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
 
 
 def positive_int(text: str) -> int:
     """A count that must be at least 1 (K, a batch, a number of seeds)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+    return _checked(text, int, lambda v: v >= 1, "a positive integer")
 
 
 def seed(text: str) -> int:
     """A seed: any integer from 0 (0 is a seed like any other), up to the 32 bits every RNG accepts."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer seed >= 0, got {text!r}") from None
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"expected an integer seed in [0, 2**32), got {text!r}")
-    return value
+    return _checked(text, int, lambda v: 0 <= v < 2**32, "an integer seed in [0, 2**32)")
 
 
 def open_fraction(text: str) -> float:
     """A share of the models or a miscoverage level: strictly between 0 and 1 (0 or 1 leaves a side empty)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number strictly between 0 and 1, got {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number strictly between 0 and 1, got {text!r}")
-    return value
+    return _checked(text, float, lambda v: 0 < v < 1, "a number strictly between 0 and 1")
 
 
 def non_negative(text: str) -> float:
-    """Seconds or points: 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+    """Seconds or points: 0 or more (NaN is not)."""
+    return _checked(text, float, lambda v: v >= 0, "a number >= 0")
 
 
 def existing_path(text: str) -> Path:
@@ -62,14 +53,6 @@ def existing_path(text: str) -> Path:
     if not path.exists():
         raise argparse.ArgumentTypeError(f"{text}: no such file or folder")
     return path
-
-
-def existing_db(text: str) -> Path:
-    """A store that must already exist (read-only commands never create one)."""
-    path = Path(text)
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{text}: no such file (create a store with 'sparseeval ingest --db {text}')")
-    return writable_db(text)
 
 
 def writable_db(text: str) -> Path:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import duckdb
 
-from sparseeval.commands.arguments import existing_db, non_negative
+from sparseeval.commands.arguments import non_negative
 from sparseeval.store.connection import (
     SQL_DIR,
     Connections,
@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("doctor", help="check the store and its snapshot; --repair fixes the snapshot",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--db", type=existing_db, default=None,
+    p.add_argument("--db", type=Path, default=None,
                    help="DuckDB file (default: $SPARSEEVAL_DB or data/sparseeval.duckdb)")
     p.add_argument("--repair", action="store_true", help="republish the snapshot and remove leftover temp files")
     p.add_argument("--wait", type=non_negative, default=10.0, metavar="S",

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sparseeval.commands.arguments import existing_db, positive_int
+from sparseeval.commands.arguments import positive_int, writable_db
 
 SNAPSHOT_SUFFIX = ".snapshot.duckdb"  # the same as sparseeval.store.connection.SNAPSHOT_SUFFIX
 
@@ -383,7 +383,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("query", nargs="?", default=None,
                    help="SQL to run ('-': read it from stdin); none: an interactive prompt")
-    p.add_argument("--db", type=existing_db, default=None,
+    p.add_argument("--db", type=writable_db, default=None,
                    help="the store's DuckDB file (default: $SPARSEEVAL_DB or data/sparseeval.duckdb; "
                         "its snapshot is read), or a snapshot file itself")
     out = p.add_mutually_exclusive_group()
