@@ -65,8 +65,9 @@ def test_evaluate_cli_writes_records_and_seeds_differ(synthetic_dir: Path, tmp_p
 
 def test_evaluate_cli_errors_are_clear(synthetic_dir: Path, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["evaluate", "--data", str(tmp_path / "nowhere"), "--no-progress"]) == 2
-    assert "nowhere" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # refused by the parser, before anything is read
+        main(["evaluate", "--data", str(tmp_path / "nowhere"), "--no-progress"])
+    assert stop.value.code == 2 and "nowhere" in capsys.readouterr().err
     assert main(["evaluate", "--data", str(synthetic_dir), "--benchmark", "hellaswag", "--no-progress"]) == 2
     assert "no benchmark hellaswag" in capsys.readouterr().err
     with pytest.raises(SystemExit):

@@ -106,7 +106,7 @@ def test_published_folder_is_a_link_swapped_whole_and_fit_refuses_it(tmp_path: P
     assert load_predictor(published).content_hash == world["sets"][0]["content_hash"]
     before = sorted(p.name for p in (tmp_path / "predictors" / ".versions" / "arc").iterdir())
     # fit --out into the managed folder: refused before any work, nothing touched
-    code = cli_main(["fit", "--data", str(tmp_path / "nowhere"), "--benchmark", "arc", "-k", "3",
+    code = cli_main(["fit", "--data", str(tmp_path), "--benchmark", "arc", "-k", "3",
                      "--out", str(published)])
     assert code == 2
     assert published.is_symlink() and sorted(p.name for p in published.parent.joinpath(".versions", "arc")
