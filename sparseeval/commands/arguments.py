@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from sparseeval.errors import UsageError
+
 T = TypeVar("T", int, float)
 
 
@@ -84,3 +86,10 @@ def device(text: str) -> str:
     if text in ("auto", "cpu", "cuda", "mps") or (base == "cuda" and index.isdigit()):
         return text
     raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}")
+
+
+def check_k_below_items(k: int, n_items: int, benchmark: str, data: Path) -> None:
+    """``-k`` against the data: K equal to every item is no estimate, and more cannot be drawn."""
+    if k >= n_items:
+        raise UsageError(f"-k {k}: {benchmark} has {n_items} items in {data}; "
+                         "anchors must be fewer than the benchmark's items")

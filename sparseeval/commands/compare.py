@@ -9,11 +9,9 @@ the error the two predictions share cancels. "distinguishable" means the interva
 from __future__ import annotations
 
 import argparse
-import sys
 
 from sparseeval.commands.arguments import existing_path
 from sparseeval.commands.predict import (
-    USER_ERRORS,
     add_predictor_arguments,
     load_predictors,
     read_all_answers,
@@ -23,22 +21,18 @@ from sparseeval.scoring import compare
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        artifact = load_predictors(args)[0]
-        answers = read_all_answers(args.answers, [artifact])
-        names = list(args.models)
-        if not names:
-            present = answers.filter(answers["benchmark"] == artifact.benchmark)["model"].unique().sort()
-            if present.len() != 2:
-                raise UsageError(f"name the two models to compare; the answers hold {present.len()}: "
-                                 f"{', '.join(present.head(10).to_list())}")
-            names = present.to_list()
-        if len(names) != 2:
-            raise UsageError(f"compare takes exactly two models, got {len(names)}")
-        c = compare(artifact, answers, names[0], names[1])
-    except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    artifact = load_predictors(args)[0]
+    answers = read_all_answers(args.answers, [artifact])
+    names = list(args.models)
+    if not names:
+        present = answers.filter(answers["benchmark"] == artifact.benchmark)["model"].unique().sort()
+        if present.len() != 2:
+            raise UsageError(f"name the two models to compare; the answers hold {present.len()}: "
+                             f"{', '.join(present.head(10).to_list())}")
+        names = present.to_list()
+    if len(names) != 2:
+        raise UsageError(f"compare takes exactly two models, got {len(names)}")
+    c = compare(artifact, answers, names[0], names[1])
     alpha = artifact.calibration.get("alpha", 0.1)
     print(f"{c.benchmark}: {c.model_a} {100 * c.predicted_a:.1f} vs {c.model_b} {100 * c.predicted_b:.1f}")
     print(f"difference {100 * c.diff:+.1f} points, {100 * (1 - alpha):g}% paired interval "

@@ -17,7 +17,14 @@ import polars as pl
 from tqdm import tqdm
 
 from sparseeval.benchmarks import canonical_benchmark
-from sparseeval.commands.arguments import device, existing_path, open_fraction, positive_int, seed
+from sparseeval.commands.arguments import (
+    check_k_below_items,
+    device,
+    existing_path,
+    open_fraction,
+    positive_int,
+    seed,
+)
 from sparseeval.errors import UsageError, UserError
 from sparseeval.evaluation import EvalResult, ProtocolConfig, run_joint_protocol, run_protocol, summarize
 from sparseeval.matrix import build_matrix
@@ -81,12 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        with open_data(args.data) as data:
-            results = compare(args, data)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    with open_data(args.data) as data:
+        results = compare(args, data)
     return _write(args, results)
 
 
@@ -114,9 +117,7 @@ def compare(args: argparse.Namespace, data: DataSource,
     with tqdm(total=total, desc="evaluate", unit="run", disable=args.no_progress, file=sys.stderr) as bar:
         for bench in benchmarks:
             matrix = build_matrix(*data.long(bench), bench, row_mean_is_score=args.row_mean_is_score)
-            if max(args.k) >= len(matrix.items):  # K = every item is no estimate, and more cannot be drawn
-                raise UsageError(f"-k {max(args.k)}: {bench} has {len(matrix.items)} items in {args.data}; "
-                                 "anchors must be fewer than the benchmark's items")
+            check_k_below_items(max(args.k), len(matrix.items), bench, args.data)
             dates = model_dates(data.models(), matrix.models) if args.split == "date" else None
 
             def tick(result: object) -> None:

@@ -10,21 +10,16 @@ then score it with ``sparseeval predict --answers RUN``.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from sparseeval.commands.arguments import positive_int
-from sparseeval.commands.predict import USER_ERRORS, add_predictor_arguments, load_predictors
+from sparseeval.commands.predict import add_predictor_arguments, load_predictors
 from sparseeval.export import FORMATS, lm_eval_commands, write_export
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        artifacts = load_predictors(args, default_all=True)
-        out = write_export(artifacts, args.format, args.out, first=args.first)
-    except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    artifacts = load_predictors(args, default_all=True)
+    out = write_export(artifacts, args.format, args.out, first=args.first)
     n = sum(a.k if args.first is None else min(a.k, args.first) for a in artifacts)
     print(f"wrote {n} anchors of {', '.join(a.benchmark for a in artifacts)} to {out}")
     if args.format == "lm-eval":

@@ -10,7 +10,6 @@ conformal intervals and the OOD threshold, the rest fits the method. The predict
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -18,8 +17,14 @@ import polars as pl
 
 from sparseeval import settings
 from sparseeval.benchmarks import canonical_benchmark
-from sparseeval.commands.arguments import device, existing_path, open_fraction, positive_int, seed
-from sparseeval.commands.predict import USER_ERRORS
+from sparseeval.commands.arguments import (
+    check_k_below_items,
+    device,
+    existing_path,
+    open_fraction,
+    positive_int,
+    seed,
+)
 from sparseeval.errors import UsageError
 from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.progress import progress_bar
@@ -30,48 +35,42 @@ from sparseeval.sources import open_data
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        benches = list(dict.fromkeys(canonical_benchmark(b) for b in args.benchmark.split(",") if b.strip()))
-        joint = args.method == JOINT_METHOD
-        if (len(benches) < 2) if joint else (len(benches) != 1):
-            raise UsageError(f"--method {JOINT_METHOD} takes two benchmarks or more (--benchmark arc,mmlu); "
-                             "every other method one")
-        bench = JOINT_METHOD if joint else benches[0]
-        out = args.out or published_path(args.registry or settings.predictor_dir(), bench)
-        if is_managed(out):  # before the fit: refusing after minutes of work would waste them
-            raise UsageError(f"--out {out}: this folder is published by the pipeline (the champion that "
-                             f"'predict --benchmark {bench}' and its registry versions serve); writing over it "
-                             f"would bypass the publishing checks. Give another folder with --out (e.g. "
-                             f"--out {out.parent / (out.name + '-manual')}), or let the pipeline publish")
-        with progress_bar("fit", total=3, unit="phase") as tick, open_data(args.data) as data:
-            tick(f"read {args.data}")
-            t0 = time.perf_counter()
-            missing = [b for b in benches if b not in data.benchmarks()]
-            if missing:
-                raise InputError(args.data, f"no benchmark {', '.join(map(repr, missing))} "
-                                            f"(found: {', '.join(data.benchmarks())})")
-            if joint:  # one anchor set for every listed benchmark, K per benchmark
-                responses, scores = data.long(None)
-                artifact = fit_joint_predictor(
-                    responses, scores, benches, args.k, calibration_frac=args.calibration_frac, seed=args.seed,
-                    device=args.device, alpha=args.alpha, models=data.models(),
-                    row_mean_is_score=args.row_mean_is_score, settings={b: data.settings(b) for b in benches})
-            else:
-                responses, scores = data.long(bench)
-                n_items = responses.lazy().select(pl.col("item_id").n_unique()).collect().item()
-                if args.k >= n_items:  # K = every item is no estimate, and more cannot be drawn
-                    raise UsageError(f"-k {args.k}: {bench} has {n_items} items in {args.data}; "
-                                     "anchors must be fewer than the benchmark's items")
-                artifact = fit_predictor(responses, scores, bench, args.k, args.method,
-                                         calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
-                                         alpha=args.alpha, models=data.models(),
-                                         row_mean_is_score=args.row_mean_is_score, settings=data.settings(bench))
-            tick(f"selected and calibrated {artifact.k} anchors")
-            saved = artifact.save(out)
-            tick(f"saved {out}")
-    except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    benches = list(dict.fromkeys(canonical_benchmark(b) for b in args.benchmark.split(",") if b.strip()))
+    joint = args.method == JOINT_METHOD
+    if (len(benches) < 2) if joint else (len(benches) != 1):
+        raise UsageError(f"--method {JOINT_METHOD} takes two benchmarks or more (--benchmark arc,mmlu); "
+                         "every other method one")
+    bench = JOINT_METHOD if joint else benches[0]
+    out = args.out or published_path(args.registry or settings.predictor_dir(), bench)
+    if is_managed(out):  # before the fit: refusing after minutes of work would waste them
+        raise UsageError(f"--out {out}: this folder is published by the pipeline (the champion that "
+                         f"'predict --benchmark {bench}' and its registry versions serve); writing over it "
+                         f"would bypass the publishing checks. Give another folder with --out (e.g. "
+                         f"--out {out.parent / (out.name + '-manual')}), or let the pipeline publish")
+    with progress_bar("fit", total=3, unit="phase") as tick, open_data(args.data) as data:
+        tick(f"read {args.data}")
+        t0 = time.perf_counter()
+        missing = [b for b in benches if b not in data.benchmarks()]
+        if missing:
+            raise InputError(args.data, f"no benchmark {', '.join(map(repr, missing))} "
+                                        f"(found: {', '.join(data.benchmarks())})")
+        if joint:  # one anchor set for every listed benchmark, K per benchmark
+            responses, scores = data.long(None)
+            artifact = fit_joint_predictor(
+                responses, scores, benches, args.k, calibration_frac=args.calibration_frac, seed=args.seed,
+                device=args.device, alpha=args.alpha, models=data.models(),
+                row_mean_is_score=args.row_mean_is_score, settings={b: data.settings(b) for b in benches})
+        else:
+            responses, scores = data.long(bench)
+            n_items = responses.lazy().select(pl.col("item_id").n_unique()).collect().item()
+            check_k_below_items(args.k, n_items, bench, args.data)
+            artifact = fit_predictor(responses, scores, bench, args.k, args.method,
+                                     calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
+                                     alpha=args.alpha, models=data.models(),
+                                     row_mean_is_score=args.row_mean_is_score, settings=data.settings(bench))
+        tick(f"selected and calibrated {artifact.k} anchors")
+        saved = artifact.save(out)
+        tick(f"saved {out}")
     c = saved.calibration
     print(f"{bench}: {saved.method} with {saved.k} anchors fitted on {saved.train_models['count']} models "
           f"in {time.perf_counter() - t0:.1f}s; calibrated on {c['n_calibration']} held-out models:")

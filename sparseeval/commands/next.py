@@ -26,7 +26,7 @@ from sparseeval.answers import read_answers
 from sparseeval.artifact import PredictorArtifact
 from sparseeval.atomic import atomic_write_text
 from sparseeval.commands.arguments import existing_path, non_negative, positive_int
-from sparseeval.commands.predict import USER_ERRORS, add_predictor_arguments, load_predictors
+from sparseeval.commands.predict import add_predictor_arguments, load_predictors
 from sparseeval.errors import UsageError
 from sparseeval.methods.joint import MEAN
 from sparseeval.scoring import anchor_matrix, prediction_outputs
@@ -63,16 +63,12 @@ def plan(artifact: PredictorArtifact, answers: pl.DataFrame, *, batch: int = 10,
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        (artifact,) = load_predictors(args)
-        bench = None if artifact.is_joint else artifact.benchmark
-        answers = pl.concat([read_answers(p, benchmark=bench, model=args.model) for p in args.answers])
-        steps = plan(artifact, answers, batch=args.batch,
-                     target_width=None if args.target_width is None else args.target_width / 100.0,
-                     output=args.output, models=[args.model] if args.model else None)
-    except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    (artifact,) = load_predictors(args)
+    bench = None if artifact.is_joint else artifact.benchmark
+    answers = pl.concat([read_answers(p, benchmark=bench, model=args.model) for p in args.answers])
+    steps = plan(artifact, answers, batch=args.batch,
+                 target_width=None if args.target_width is None else args.target_width / 100.0,
+                 output=args.output, models=[args.model] if args.model else None)
     if not steps:
         print(f"error: the answers hold no model for {', '.join(artifact.benchmarks)}", file=sys.stderr)
         return 2

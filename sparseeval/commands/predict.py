@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,14 +21,10 @@ from sparseeval.artifact import PredictorArtifact, load_predictor
 from sparseeval.atomic import atomic_write_text
 from sparseeval.benchmarks import canonical_benchmark, default_n_shot, split_variant
 from sparseeval.commands.arguments import existing_path
-from sparseeval.errors import UsageError, UserError
+from sparseeval.errors import UsageError
 from sparseeval.methods.joint import MEAN
 from sparseeval.publishing import published_path
 from sparseeval.scoring import Prediction, predict
-
-#: errors a user can fix; printed as one line, exit code 2 (anything else is a bug: traceback)
-#: only our own error types are the user's to fix; anything else is a bug and keeps its traceback
-USER_ERRORS = (UserError,)
 
 
 def add_predictor_arguments(parser: argparse.ArgumentParser, *, many: bool = True) -> None:
@@ -147,13 +142,9 @@ def write_json(preds: list[Prediction], out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        artifacts = load_predictors(args)
-        answers = read_all_answers(args.answers, artifacts, args.model)
-        preds = predict_all(artifacts, answers, force_settings=args.force_settings)
-    except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    artifacts = load_predictors(args)
+    answers = read_all_answers(args.answers, artifacts, args.model)
+    preds = predict_all(artifacts, answers, force_settings=args.force_settings)
     alpha = artifacts[0].calibration.get("alpha", 0.1)
     print(f"predicted full-benchmark scores (points) with {100 * (1 - alpha):g}% conformal intervals")
     print(format_table(preds))
