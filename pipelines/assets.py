@@ -80,7 +80,8 @@ def raw_results(context: dg.AssetExecutionContext, store: StoreResource, source:
     db = store.store()
     before = {b: db.data_version(b) for b in db.benchmarks()}
     report = db.ingest(folders) if folders else IngestReport()
-    hub = HubFetcher(db, log=context.log.info).refresh(source.hub()) if source.hub() else []
+    hub_sources = source.hub()
+    hub = HubFetcher(db, log=context.log.info).refresh(hub_sources) if hub_sources else []
     for fetch in hub:
         if fetch.error:
             context.log.warning("%s: %s", fetch.repo, fetch.error)

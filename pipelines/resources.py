@@ -75,11 +75,6 @@ class SourceResource(dg.ConfigurableResource):
             return local
         return [self._embedded()]
 
-    def resolve(self) -> Path | None:
-        """The first local folder; None when only Hub sources are named."""
-        folders = self.folders()
-        return folders[0] if folders else None
-
     def _embedded(self) -> Path:
         root = Path(self.data_dir) / "source"
         embedded = root / "synthetic"
