@@ -85,10 +85,10 @@ NOT_A_STORE = [("missing", "nowhere.duckdb"), ("empty", "empty.txt"), ("director
 NOT_A_PREDICTOR = [("missing", "nowhere"), ("empty", "empty.txt"), ("directory", "emptydir"),
                    ("parquet", "other.parquet"), ("json", "other.json"), ("mlflow", "mlflow.db"),
                    ("dagster", "dagster.yaml"), ("data-folder", "data")]
-NOT_ANSWERS = [("missing", "nowhere.csv"), ("empty", "empty.txt"), ("directory", "emptydir"),
+NOT_ANSWERS = [("missing", "nowhere.csv"), ("empty", "empty.txt"), ("directory", "emptydir"), ("device", "/dev/null"),
                ("parquet", "other.parquet"), ("csv", "table.csv"), ("json", "other.json"),
                ("mlflow", "mlflow.db"), ("dagster", "dagster.yaml")]
-NOT_DATA = [("missing", "nowhere"), ("empty", "empty.txt"), ("directory", "emptydir"),
+NOT_DATA = [("missing", "nowhere"), ("empty", "empty.txt"), ("directory", "emptydir"), ("device", "/dev/null"),
             ("csv", "table.csv"), ("json", "other.json"), ("mlflow", "mlflow.db"), ("dagster", "dagster.yaml")]
 
 Row = tuple[str, Callable[[Path], list[str]], str]
@@ -196,6 +196,9 @@ VALUE_ROWS: list[Row] = [
     ("fit --alpha 1", _fit("--alpha", "1"), "--alpha"),
     ("next --target-width -1", lambda r: ["next", "--predictor", str(r / "predictor"), "--answers",
                                           str(r / "answers.parquet"), "--target-width", "-1"], "--target-width"),
+    # a device is not a store (doctor reports it as a PROBLEM in its own report instead)
+    ("ingest --db device", lambda r: ["ingest", "--db", "/dev/null", str(r / "data")], "--db"),
+    ("sql --db device", lambda r: ["sql", "--db", "/dev/null", "SELECT 1"], "--db"),
     ("doctor --wait -1", lambda r: ["doctor", "--db", str(r / "store.duckdb"), "--wait", "-1"], "--wait"),
     ("sql --max-rows -1", lambda r: ["sql", "--db", str(r / "store.duckdb"), "--max-rows", "-1", "SELECT 1"],
      "--max-rows"),

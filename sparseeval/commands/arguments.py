@@ -54,6 +54,8 @@ def existing_path(text: str) -> Path:
     path = Path(text)
     if not path.exists():
         raise argparse.ArgumentTypeError(f"{text}: no such file or folder")
+    if not (path.is_file() or path.is_dir()):
+        raise argparse.ArgumentTypeError(f"{text}: not a regular file or folder (a device, socket or pipe)")
     return path
 
 
@@ -62,6 +64,8 @@ def writable_db(text: str) -> Path:
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text}: a folder, not a DuckDB store file")
+    if path.exists() and not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text}: not a regular file (a device, socket or pipe), not a DuckDB store")
     if path.is_file() and path.stat().st_size == 0:
         raise argparse.ArgumentTypeError(f"{text}: an empty file, not a DuckDB store")
     if path.is_file() and not _is_duckdb_file(path):
