@@ -14,6 +14,7 @@ so they measure the client's and the store's own cost, not the Hub's latency).
     python bench/hub_refresh.py                  # 3 repos (lm-eval, v1 and v2 details)
     python bench/hub_refresh.py --extra-repos 20 # 20 more v2 details repos under the glob
     python bench/hub_refresh.py --sources hf://datasets/team/evals   # the repo the new model goes to
+    python bench/hub_refresh.py --hub-tasks arc,bbh  # also: a first fetch of only these tasks' files
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sources", default=SOURCES, help=f"comma-separated sources (default {SOURCES})")
     parser.add_argument("--extra-repos", type=int, default=0, help="more v2 details repos matched by the glob")
+    parser.add_argument("--hub-tasks", default="arc,bbh",
+                        help="wanted tasks of the side-by-side first fetch into a second store ('' to skip)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="hub-bench-"))
     server = HubServer()
@@ -83,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         new = write_v2_details(work / "new", model="org/new-model")
         server.repos["team/evals"].push(files_from(new, "org__new-model/"))
         rows.append(_measure(server, fetcher, args.sources, "one new model"))
+        tasks = [t for t in args.hub_tasks.split(",") if t]
+        if tasks:  # the same repos, a fresh store and cache, only the wanted tasks' files (SPARSEEVAL_HUB_TASKS)
+            other = Store(work / "tasks.duckdb")
+            other.apply_schema()
+            wanted = HubFetcher(other, work / "hf-cache-tasks", tasks=tasks)
+            rows.append(_measure(server, wanted, args.sources, f"first, {args.hub_tasks}"))
     finally:
         server.close()
     print(f"{args.sources} ({len(server.repos)} repos on the server): real huggingface_hub client, "

@@ -3,7 +3,7 @@
 Builds a store from the embedded synthetic leaderboard (6 benchmarks x 600 models, the ``make run``
 default) with the real Dagster jobs, then times, each from a fresh process' point of view:
 
-1. a scheduled refresh on unchanged data: the ``ingest`` job, the ``benchmarks_changed_sensor``
+1. a scheduled refresh on unchanged data: the ``ingest`` job, the ``stale_benchmarks_sensor``
    tick, and (to show the skip path) a forced ``refresh`` of every benchmark partition;
 2. a refresh after new models arrive for one benchmark: ingest, sensor, the requested refresh;
    and what it republished (anchor sets, registry versions).
@@ -27,8 +27,7 @@ import polars as pl
 from mlflow.tracking import MlflowClient
 
 from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
-from pipelines.automation import benchmarks_changed_sensor
-from pipelines.definitions import defs
+from pipelines.automation import stale_benchmarks_sensor
 from pipelines.io_managers import MatrixIOManager
 from pipelines.partitions import BENCHMARK_PARTITIONS
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
@@ -49,9 +48,11 @@ def resources(root: Path, source: Path, quick: bool) -> dict:
             "io_manager": MatrixIOManager(base_dir=str(root / "io"))}
 
 
-def tick(instance: dg.DagsterInstance, cursor: str | None):
-    return benchmarks_changed_sensor.evaluate_tick(
-        dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), cursor=cursor, definitions=defs))
+def tick(instance: dg.DagsterInstance, res: dict) -> list[str]:
+    """The benchmarks one tick of the sensor that turns stale benchmarks into refresh runs requests."""
+    context = dg.build_sensor_context(instance=instance, resources={k: res[k] for k in ("store", "settings")})
+    result = stale_benchmarks_sensor(context)
+    return sorted(r.partition_key for r in result.run_requests) if isinstance(result, dg.SensorResult) else []
 
 
 def counts(root: Path) -> tuple[int, int]:
@@ -83,16 +84,14 @@ def main() -> None:
     with dg.instance_for_test() as instance:
         t0 = time.perf_counter()
         assert dg.materialize([raw_results], resources=res, instance=instance).success
-        first = tick(instance, None)
-        keys = sorted(r.partition_key for r in first.run_requests)
+        keys = tick(instance, res)
         instance.add_dynamic_partitions(BENCHMARK_PARTITIONS, keys)  # the sensor's keys, as they are
         rows.append(("first refresh (build everything)", time.perf_counter() - t0 + refresh(res, instance, keys),
                      *counts(root)))
 
         t0 = time.perf_counter()
         assert dg.materialize([raw_results], resources=res, instance=instance).success
-        second = tick(instance, first.cursor)
-        requested = [r.partition_key for r in second.run_requests]
+        requested = tick(instance, res)
         rows.append((f"scheduled refresh, unchanged data (ingest + sensor: {len(requested)} run(s) requested)",
                      time.perf_counter() - t0, *counts(root)))
         rows.append((f"forced refresh of all {len(keys)} benchmarks, unchanged data (skip path)",
@@ -105,8 +104,7 @@ def main() -> None:
         write_leaderboard(new, source / "new_models")
         t0 = time.perf_counter()
         assert dg.materialize([raw_results], resources=res, instance=instance).success
-        third = tick(instance, second.cursor)
-        requested = sorted(r.partition_key for r in third.run_requests)
+        requested = tick(instance, res)
         seconds = time.perf_counter() - t0 + refresh(res, instance, requested)
         rows.append((f"new models for arc: ingest + sensor ({', '.join(requested)}) + refresh", seconds,
                      *counts(root)))

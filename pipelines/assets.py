@@ -81,7 +81,7 @@ def raw_results(context: dg.AssetExecutionContext, store: StoreResource, source:
     before = {b: db.data_version(b) for b in db.benchmarks()}
     report = db.ingest(folders) if folders else IngestReport()
     hub_sources = source.hub()
-    hub = HubFetcher(db, log=context.log.info).refresh(hub_sources) if hub_sources else []
+    hub = HubFetcher(db, log=context.log.info, tasks=source.wanted_tasks()).refresh(hub_sources) if hub_sources else []
     for fetch in hub:
         if fetch.error:
             context.log.warning("%s: %s", fetch.repo, fetch.error)
@@ -89,6 +89,7 @@ def raw_results(context: dg.AssetExecutionContext, store: StoreResource, source:
     changed = sorted(b for b, v in after.items() if before.get(b) != v)
     refused = [(f.file, f.reason or "") for f in report.files if f.status == "refused"]
     refused += [(n.part, n.reason) for f in report.files for n in f.notes if n.status == "refused"]
+    refused += [(f"{fetch.repo}: {part}", reason) for fetch in hub for part, reason in fetch.refused]
     skipped = [(f.file, f.reason or "") for f in report.files if f.status == "skipped"]
     skipped += [(n.part, n.reason) for f in report.files for n in f.notes if n.status in ("skipped", "warning")]
     for file, reason in refused:

@@ -127,7 +127,8 @@ def hub_sources_sensor(context: dg.SensorEvaluationContext, source: SourceResour
     sources = source.hub()
     if not sources:
         return dg.SkipReason("no hf://datasets/... source configured")
-    fresh, failed = HubFetcher(store.store(), log=context.log.info).new_revisions(sources)
+    fresh, failed = HubFetcher(store.store(), log=context.log.info,
+                               tasks=source.wanted_tasks()).new_revisions(sources)
     for f in failed:
         context.log.warning("%s: %s", f.repo, f.error)
     if not fresh:

@@ -63,10 +63,14 @@ class SourceResource(dg.ConfigurableResource):
     path: str = ""
     data_dir: str = "data"
     synthetic_seed: int = 0
+    hub_tasks: str = ""  # SPARSEEVAL_HUB_TASKS: the tasks whose files a Hub source downloads ('' = all)
 
     def hub(self) -> list[HubSource]:
         """The ``hf://datasets/...`` sources among the comma-separated ``path``."""
         return [s for s in parse_sources(self.path) if isinstance(s, HubSource)]
+
+    def wanted_tasks(self) -> list[str]:
+        return [t.strip() for t in self.hub_tasks.split(",") if t.strip()]
 
     def folders(self) -> list[Path]:
         """Every local folder among the comma-separated ``path`` (none when only Hub sources are named)."""
@@ -140,7 +144,7 @@ def default_resources() -> dict[str, Any]:
     return {
         "store": StoreResource(path=_env_or("db", str(defaults.db_path()))),
         "tracking": TrackingResource(data_dir=str(root), tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or None),
-        "source": SourceResource(path=_env_or("source", ""), data_dir=str(root)),
+        "source": SourceResource(path=_env_or("source", ""), data_dir=str(root), hub_tasks=_env_or("hub_tasks", "")),
         "settings": SettingsResource(
             k=_env_or("k", defaults.DEFAULT_K),
             method=_env_or("method", defaults.DEFAULT_METHOD),

@@ -7,7 +7,14 @@ downloaded with ``hf_hub_download`` pinned to the listed commit, into the client
 writes ``.incomplete`` blobs and links a file into the snapshot only once complete, so a failed
 download never leaves a partial file where the ingest reads). The snapshot folder of that commit
 then holds exactly the new files, and the store ingests it. Faults are reported per repo; the other
-repos go on. ``HF_TOKEN`` (read by the client) is the only credential; nothing here stores it.
+repos go on. ``HF_TOKEN`` is the only credential: it is handed to the client on every call (a token
+file left by ``hf auth login`` is not used, so what a refresh can read does not depend on who logged
+in on the machine) and nothing here stores or logs it.
+
+With wanted tasks (``SPARSEEVAL_HUB_TASKS``), only their files and the aggregate results are
+downloaded (:func:`sparseeval.readers.hub.task_patterns`); a wanted task with no file in a repo is
+said in that repo's notes, not passed over. The store records the task list with the commit, so
+widening it fetches the newly wanted files of an unchanged repo on the next refresh.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ from __future__ import annotations
 import fnmatch
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sparseeval.readers.hub import RESULTS_PATTERNS, task_patterns
 
 PREFIX = "hf://datasets/"
 #: files the readers use: aggregate results, lm-eval samples, leaderboard v1 details
@@ -75,11 +84,14 @@ class RepoFetch:
     status: str = "unchanged"  # unchanged | fetched | failed
     error: str | None = None
     folder: Path | None = None
+    notes: list[str] = field(default_factory=list)  # e.g. a wanted task with no file in this repo
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (unit or part, reason) the ingest refused
 
     def row(self) -> dict[str, Any]:
         return {"repo": self.repo, "revision": self.revision, "sha": self.sha, "status": self.status,
                 "files": len(self.files), "bytes": self.bytes, "seconds": round(self.seconds, 3),
-                **({"error": self.error} if self.error else {})}
+                **({"error": self.error} if self.error else {}), **({"notes": self.notes} if self.notes else {}),
+                **({"refused": len(self.refused)} if self.refused else {})}
 
 
 def _offline() -> bool:
@@ -91,6 +103,11 @@ def _endpoint() -> str | None:
     return os.environ.get("HF_ENDPOINT") or None
 
 
+def _token() -> str | bool:
+    """``HF_TOKEN``, or False: the client then sends no token (not the one a login left on disk)."""
+    return os.environ.get("HF_TOKEN") or False
+
+
 def explain(exc: BaseException) -> str:
     """One line a user can act on, for the Hub faults a refresh meets."""
     from huggingface_hub import errors
@@ -98,8 +115,12 @@ def explain(exc: BaseException) -> str:
     name = type(exc).__name__
     if isinstance(exc, errors.GatedRepoError):
         return "gated repo: accept its conditions on the Hub and set HF_TOKEN to a token with access"
-    if isinstance(exc, errors.RepositoryNotFoundError):
-        return "repo not found, or private without access: check the name, or set HF_TOKEN to a token with access"
+    if isinstance(exc, errors.RepositoryNotFoundError):  # the Hub answers a missing and a private repo alike
+        if _token():
+            return ("repo not found, or private and the token in HF_TOKEN has no access to it: check the name, "
+                    "or the token's permissions")
+        return ("repo not found, or private (no HF_TOKEN is set): check the name, or set HF_TOKEN to a token "
+                "with access")
     if isinstance(exc, errors.RevisionNotFoundError):
         return f"revision not found (changed or deleted during the refresh?): {exc}".splitlines()[0]
     if isinstance(exc, errors.LocalEntryNotFoundError):
@@ -146,7 +167,7 @@ class HubFetcher:
     """Refresh Hub sources into a store through the real ``huggingface_hub`` client."""
 
     def __init__(self, store: Any, cache_dir: str | Path | None = None,
-                 log: Callable[[str], None] = lambda _m: None) -> None:
+                 log: Callable[[str], None] = lambda _m: None, tasks: Sequence[str] = ()) -> None:
         from huggingface_hub import HfApi
 
         self.store = store
@@ -154,7 +175,25 @@ class HubFetcher:
         cache = cache_dir if cache_dir is not None else os.environ.get("HF_HUB_CACHE")
         self.cache_dir = str(cache) if cache else None
         self.log = log
-        self.api = HfApi(endpoint=_endpoint())
+        self.api = HfApi(endpoint=_endpoint(), token=_token())
+        self.tasks = task_patterns(sorted(set(tasks)))
+        #: what the store records with a commit: the wanted tasks ('' = every result file)
+        self.wanted_key = ",".join(self.tasks)
+
+    def allow_patterns(self) -> list[str]:
+        """The globs (over a file's path in the repo) of the files a refresh downloads."""
+        if not self.tasks:
+            return list(WANTED)
+        return [*RESULTS_PATTERNS, *(p for pats in self.tasks.values() for p in pats)]
+
+    def _is_wanted(self, path: str) -> bool:
+        if not any(fnmatch.fnmatchcase(Path(path).name, p) for p in WANTED):
+            return False
+        return not self.tasks or any(fnmatch.fnmatchcase(path, p) for p in self.allow_patterns())
+
+    def _absent_tasks(self, paths: list[str]) -> list[str]:
+        """Wanted tasks with no file among ``paths`` (a repo's whole tree at the commit)."""
+        return [t for t, pats in self.tasks.items() if not any(fnmatch.fnmatchcase(p, g) for p in paths for g in pats)]
 
     def repos(self, source: HubSource, fetch: RepoFetch) -> list[str]:
         """The repos a source names (a glob lists the org's datasets: one call)."""
@@ -185,7 +224,7 @@ class HubFetcher:
                     f.status, f.error = "failed", explain(exc)
                     failed.append(f)
                     continue
-                if f.sha != self.store.hub_sha(repo, source.revision):
+                if f.sha != self.store.hub_sha(repo, source.revision, self.wanted_key):
                     fresh.append(f)
                 elif unchanged is not None:
                     unchanged.append(f)
@@ -200,7 +239,7 @@ class HubFetcher:
         from huggingface_hub import snapshot_download
 
         return snapshot_download(repo, repo_type="dataset", revision=revision, cache_dir=self.cache_dir,
-                                 local_files_only=True, allow_patterns=list(WANTED))
+                                 local_files_only=True, allow_patterns=self.allow_patterns())
 
     def refresh(self, sources: list[HubSource], *, report_unchanged: bool = False) -> list[RepoFetch]:
         """Fetch and ingest what is new in every repo; one :class:`RepoFetch` per repo (faults included;
@@ -225,21 +264,32 @@ class HubFetcher:
         assert f.sha is not None
         if _offline():
             f.folder = Path(self._cached_snapshot(f.repo, f.revision))
-            f.files = sorted(str(p.relative_to(f.folder)) for p in f.folder.rglob("*") if p.is_file())
+            f.files = sorted(rel for rel in (str(p.relative_to(f.folder)) for p in f.folder.rglob("*") if p.is_file())
+                             if self._is_wanted(rel))
             entries = [(p, "cached:" + f.sha, (f.folder / p).stat().st_size) for p in f.files]
         else:
             tree = _retrying(lambda: [e for e in self.api.list_repo_tree(
                 f.repo, repo_type="dataset", revision=f.sha, recursive=True) if hasattr(e, "blob_id")], f, self.log)
+            for task in self._absent_tasks([e.path for e in tree]):
+                f.notes.append(f"no file of wanted task {task!r} at this commit")
+                self.log(f"{f.repo}@{f.sha[:8]}: no file of wanted task {task!r} (SPARSEEVAL_HUB_TASKS)")
             seen = self.store.hub_blobs(f.repo)
-            wanted = [e for e in tree if any(fnmatch.fnmatch(Path(e.path).name, p) for p in WANTED)
-                      and (e.path, e.blob_id) not in seen]
+            wanted = [e for e in tree if self._is_wanted(e.path) and (e.path, e.blob_id) not in seen]
             entries = [(e.path, e.blob_id, int(e.size)) for e in wanted]
+            total, done, t0 = sum(s for _, _, s in entries), 0, time.perf_counter()
+            if wanted:
+                self.log(f"{f.repo}@{f.sha[:8]}: {len(wanted)} new file(s), {total:,} bytes to download "
+                         f"({len(tree) - len(wanted)} listed file(s) not wanted or already ingested)")
             folder = None
             for i, e in enumerate(wanted, 1):
-                self.log(f"{f.repo}@{f.sha[:8]}: downloading {i}/{len(wanted)} {e.path} ({int(e.size):,} bytes)")
                 local = Path(_retrying(lambda e=e: hf_hub_download(
                     f.repo, e.path, repo_type="dataset", revision=f.sha, cache_dir=self.cache_dir,
-                    endpoint=_endpoint()), f, self.log))
+                    endpoint=_endpoint(), token=_token()), f, self.log))
+                done += int(e.size)
+                elapsed = time.perf_counter() - t0
+                self.log(f"{f.repo}@{f.sha[:8]}: {i}/{len(wanted)} {e.path} ({int(e.size):,} bytes); "
+                         f"{done:,}/{total:,} bytes ({100 * done / max(total, 1):.0f} %) in {elapsed:.1f} s, "
+                         f"{done / max(elapsed, 1e-9) / 1e6:.1f} MB/s")
                 snapshot = local.parents[len(Path(e.path).parts) - 1]
                 if snapshot.name != f.sha:  # the server served another commit than the one listed
                     raise RuntimeError(f"revision changed during the download: listed {f.sha}, "
@@ -253,8 +303,10 @@ class HubFetcher:
         f.bytes = sum(s for _, _, s in entries)
         if f.folder is not None and f.files:
             report = self.store.ingest(f.folder)
-            bad = [e for e in report.files if e.status in ("refused", "interrupted")]
-            if bad:
-                self.log(f"{f.repo}: {len(bad)} unit(s) refused: " + "; ".join(f"{e.file}: {e.reason}" for e in bad))
-        self.store.record_hub_fetch(f.repo, f.revision, f.sha, entries, seconds=f.seconds)
+            f.refused = [(e.file, e.reason or "") for e in report.files if e.status in ("refused", "interrupted")]
+            f.refused += [(n.part, n.reason) for e in report.files for n in e.notes if n.status == "refused"]
+            if f.refused:
+                self.log(f"{f.repo}: {len(f.refused)} unit(s) or part(s) refused: "
+                         + "; ".join(f"{part}: {reason}" for part, reason in f.refused))
+        self.store.record_hub_fetch(f.repo, f.revision, f.sha, entries, seconds=f.seconds, wanted=self.wanted_key)
         f.status = "fetched" if f.files else "unchanged"

@@ -33,6 +33,10 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
             "dataset repo) and hf://datasets/ORG/GLOB (an org's matching repos); an unchanged repo costs one "
             "metadata call per refresh, a new commit downloads only its new files (default: the embedded "
             "synthetic leaderboard)"),
+    Setting("SPARSEEVAL_HUB_TASKS", "",
+            "tasks whose files a Hub source downloads, comma-separated: leaderboard benchmarks (arc, mmlu, bbh, "
+            "...), lm-eval task names, or globs of them (toy_*: a group's files carry its subtasks' names); the "
+            "aggregate results_*.json always come (default: every result file)"),
     Setting("SPARSEEVAL_METHOD", "sparseeval-mlp", "anchor method the pipeline publishes"),
     Setting("SPARSEEVAL_K", "20", "anchors per benchmark"),
     Setting("SPARSEEVAL_JOINT_BENCHMARKS", "",

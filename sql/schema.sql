@@ -243,6 +243,8 @@ CREATE TABLE IF NOT EXISTS hub_revisions (
     ingested_at TIMESTAMP,
     PRIMARY KEY (repo, revision)
 );
+-- the wanted tasks (SPARSEEVAL_HUB_TASKS) the commit was fetched for; '' or NULL (stores before it): every file
+ALTER TABLE hub_revisions ADD COLUMN IF NOT EXISTS wanted VARCHAR;
 CREATE TABLE IF NOT EXISTS hub_files (
     repo        VARCHAR NOT NULL,
     path        VARCHAR NOT NULL,       -- file path inside the repo

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 class Repo:
     commits: list[tuple[str, dict[str, bytes]]] = field(default_factory=list)  # (sha, files), oldest first
     gated: bool = False
+    token: str | None = None     # private: served only to "Authorization: Bearer <token>" (else 401 RepoNotFound)
     rate_limit: int = 0          # answer this many requests with 429 (Retry-After: 0) first
     missing: set[str] = field(default_factory=set)   # LFS paths listed but not resolvable
     moved_to: str | None = None  # serve files with this X-Repo-Commit (the branch moved mid-download)
@@ -49,6 +50,7 @@ class HubServer:
     def __init__(self) -> None:
         self.repos: dict[str, Repo] = {}
         self.calls: list[str] = []
+        self.auth: list[str | None] = []  # the Authorization header of every request, in order
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -87,6 +89,7 @@ class HubServer:
         url = urlparse(h.path)
         path = unquote(url.path)
         self.calls.append(f"{h.command} {path}")
+        self.auth.append(h.headers.get("Authorization"))
         if path == "/api/datasets":
             author = parse_qs(url.query).get("author", [""])[0]
             ids = [{"id": r} for r in sorted(self.repos) if r.startswith(author + "/")]
@@ -94,8 +97,8 @@ class HubServer:
         api = path.startswith("/api/datasets/")
         rest = path.removeprefix("/api/datasets/" if api else "/datasets/").split("/")
         repo = self.repos.get("/".join(rest[:2]))
-        if repo is None:
-            return self._error(h, 401, "RepoNotFound", head)
+        if repo is None or (repo.token and h.headers.get("Authorization") != f"Bearer {repo.token}"):
+            return self._error(h, 401, "RepoNotFound", head)  # the Hub answers a private repo as a missing one
         if repo.rate_limit > 0:
             repo.rate_limit -= 1
             return self._send(h, 429, b"slow down", head, {"Retry-After": "0"})

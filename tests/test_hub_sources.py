@@ -174,11 +174,12 @@ def test_cli_ingests_repos_and_folders_reports_unchanged_and_one_line_per_failed
     assert main(argv) == 1  # a repo failed; the others are still ingested
     out, err = capsys.readouterr()
     assert [line for line in err.splitlines() if "nobody/missing" in line] == [
-        "FAILED   nobody/missing: repo not found, or private without access: check the name, or set HF_TOKEN "
+        "FAILED   nobody/missing: repo not found, or private (no HF_TOKEN is set): check the name, or set HF_TOKEN "
         "to a token with access"]
     assert any(line.startswith("fetched ") and "team/evals" in line for line in out.splitlines())
     sha = server.repos["team/evals"].commits[-1][0]
-    assert f"team/evals@{sha[:8]}: downloading 1/4 org__dummy/results_" in err  # progress, one line per file
+    assert f"team/evals@{sha[:8]}: 4 new file(s), " in err  # progress: the total, then one line per file
+    assert f"team/evals@{sha[:8]}: 1/4 org__dummy/results_" in err and " bytes (100 %) in " in err
     cli_store = Store(tmp_path / "cli.duckdb")
     assert {"toy_group@3shot", "arc"} <= set(cli_store.benchmarks())
     assert {"org/local-7b"} <= set(cli_store.query("SELECT model FROM models")["model"].to_list())
@@ -232,3 +233,112 @@ def test_hub_sensor_runs_by_default_on_the_sensor_interval_and_requests_the_inge
     sensor = defs.resolve_sensor_def("hub_sources_sensor")
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
     assert sensor.minimum_interval_seconds == SENSOR_INTERVAL and sensor.job_name == "ingest"
+
+
+def _resolved(server: HubServer) -> set[str]:
+    """The repo paths the client downloaded (GET .../resolve/<commit>/<path>)."""
+    return {c.split("/resolve/", 1)[1].split("/", 1)[1] for c in server.calls
+            if c.startswith("GET ") and "/resolve/" in c}
+
+
+def test_wanted_tasks_download_only_their_files_and_a_widened_list_fetches_the_rest(hub, tmp_path: Path) -> None:
+    """SPARSEEVAL_HUB_TASKS: a v1 details repo holds every task of a run; only the wanted tasks' parquet
+    files and the aggregate results come. A wanted task the repo lacks is said, not passed over. Widening
+    the list on an unchanged commit fetches just the newly wanted files; the same list again costs one call."""
+    server, store, _ = hub
+    cache = tmp_path / "cache"
+    source = parse_sources("hf://datasets/team/model-7b-details")
+    (f,) = HubFetcher(store, cache, tasks=["arc", "mmlu", "winogrande"]).refresh(source)
+    assert f.status == "fetched" and f.notes == ["no file of wanted task 'winogrande' at this commit"]
+    got = _resolved(server)
+    assert {p.rsplit("/", 1)[-1].split("_2023")[0] for p in got} == {
+        "results", "details_harness|arc:challenge|25", "details_harness|hendrycksTest-anatomy|5",
+        "details_harness|hendrycksTest-virology|5"}
+    responses = set(store.query("SELECT DISTINCT benchmark FROM responses")["benchmark"].to_list())
+    assert {"arc", "mmlu"} <= responses and not responses & {"gsm8k", "truthfulqa"}
+
+    server.calls.clear()
+    (wider,) = HubFetcher(store, cache, tasks=["arc", "gsm8k", "mmlu", "winogrande"]).refresh(source)
+    assert wider.status == "fetched" and [Path(p).name.split("_2023")[0] for p in _resolved(server)] == [
+        "details_harness|gsm8k|5"]
+    assert "gsm8k" in set(store.query("SELECT DISTINCT benchmark FROM responses")["benchmark"].to_list())
+    server.calls.clear()
+    assert HubFetcher(store, cache, tasks=["gsm8k", "arc", "mmlu", "winogrande"]).refresh(source) == []
+    assert server.calls == ["GET /api/datasets/team/model-7b-details/revision/main"]  # order does not matter
+
+    server.calls.clear()  # v2 layout: a benchmark name stands for its exact lm-eval tasks
+    (v2,) = HubFetcher(store, cache, tasks=["bbh"]).refresh(parse_sources("hf://datasets/team/model-v2-details"))
+    assert v2.status == "fetched" and not v2.notes
+    assert sorted(Path(p).name.split("_2024")[0] for p in _resolved(server)) == [
+        "results", "samples_leaderboard_bbh_boolean_expressions", "samples_leaderboard_bbh_navigate"]
+
+
+def test_hf_token_is_the_only_credential_and_a_private_repo_says_which_token_it_lacks(
+        hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    server, store, fetcher = hub
+    secret = "hf_private_team_token"
+    private = Repo(token=secret)
+    private.push(files_from(LM_EVAL, "org__dummy/"))
+    server.repos["team/private"] = private
+    source = parse_sources("hf://datasets/team/private")
+    # a token a login left on the machine is not used: HF_TOKEN is the only credential
+    token_file = tmp_path / "login-token"
+    token_file.write_text(secret)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(token_file))
+    (f,) = fetcher.refresh(source)
+    assert f.status == "failed" and f.error.startswith("repo not found, or private (no HF_TOKEN is set)")
+    assert not any(server.auth)
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong")
+    (f,) = HubFetcher(store, tmp_path / "cache").refresh(source)
+    assert f.status == "failed" and "the token in HF_TOKEN has no access to it" in f.error
+    monkeypatch.setenv("HF_TOKEN", secret)
+    logged: list[str] = []
+    (f,) = HubFetcher(store, tmp_path / "cache", log=logged.append).refresh(source)
+    assert f.status == "fetched" and len(f.files) == 4
+    assert "toy_group@3shot" in store.benchmarks()
+    # the token is sent, never kept: not in the store, the client's cache, nor the log
+    kept = [p for p in tmp_path.rglob("*") if p.is_file() and p != token_file and secret.encode() in p.read_bytes()]
+    assert kept == [] and not any(secret in line for line in logged)
+
+
+def test_the_daily_schedule_runs_the_ingest_job_that_fetches_only_a_new_revisions_files(
+        hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schedule's tick, then the job it names, run by Dagster on an instance (not the asset alone)."""
+    import datetime
+
+    import dagster as dg
+
+    from pipelines.assets import raw_results
+    from pipelines.automation import daily_refresh, ingest_job
+    from pipelines.resources import SourceResource, StoreResource
+
+    server, _store, _ = hub
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    defs = dg.Definitions(assets=[raw_results], jobs=[ingest_job], schedules=[daily_refresh], resources={
+        "store": StoreResource(path=str(tmp_path / "sched.duckdb")),
+        "source": SourceResource(path="hf://datasets/team/evals")})
+    job = defs.resolve_job_def(daily_refresh.job_name)
+    with dg.instance_for_test() as instance:
+        def tick(day: int) -> dict:
+            context = dg.build_schedule_context(
+                instance=instance, scheduled_execution_time=datetime.datetime(2026, 12, day, 3, tzinfo=datetime.UTC))
+            (request,) = daily_refresh.evaluate_tick(context).run_requests
+            result = job.execute_in_process(instance=instance, tags={**request.tags, "dagster/schedule_name":
+                                                                     daily_refresh.name})
+            assert result.success
+            (mat,) = result.asset_materializations_for_node("raw_results")
+            return {r["repo"]: r for r in mat.metadata["hub_fetched"].data}
+
+        assert tick(1)["team/evals"]["files"] == 4
+        server.calls.clear()
+        assert tick(2) == {}  # unchanged: one metadata call, nothing fetched
+        assert server.calls == ["GET /api/datasets/team/evals/revision/main"]
+        pushed = files_from(write_v2_details(tmp_path / "n", model="org/n3"), "org__n3/")
+        sha = server.repos["team/evals"].push(pushed)
+        server.calls.clear()
+        row = tick(3)["team/evals"]
+        assert row["sha"] == sha and row["files"] == len(pushed) and row["bytes"] == sum(map(len, pushed.values()))
+        assert _resolved(server) == set(pushed)
+        assert len(instance.get_run_records(dg.RunsFilter(job_name="ingest"))) == 3

@@ -179,7 +179,7 @@ def test_truthfulqa_group_stores_mc2_and_notes_the_rest(tmp_path: Path) -> None:
          "truthfulqa_mc1 is not stored: truthfulqa uses mc2")]
 
 
-def test_lfs_pointer_and_missing_samples_refuse_that_task_alone(tmp_path: Path) -> None:
+def test_lfs_pointer_refuses_that_task_alone_and_missing_samples_are_said(tmp_path: Path) -> None:
     folder = write_truthfulqa_group(tmp_path)
     mc2 = next(folder.glob("samples_truthfulqa_mc2_*.jsonl"))
     mc2.write_text(LFS_POINTER_TEXT)
@@ -189,8 +189,8 @@ def test_lfs_pointer_and_missing_samples_refuse_that_task_alone(tmp_path: Path) 
     mc2.unlink()
     parsed = read_source(folder)
     assert canon(parsed.scores) == [("truthfulqa", 0.6)]
-    assert [n.reason for n in parsed.refused_parts] == [
-        "samples file for task truthfulqa_mc2 missing (its aggregate score is kept)"]
+    assert parsed.refused_parts == [] and [n.reason for n in parsed.notes if n.status == "skipped"][-1] == (
+        "no samples file of task truthfulqa_mc2: no per-item rows of it")  # absent, not bad: a results-only run
     only = tmp_path / "lfs.json"
     only.write_text(LFS_POINTER_TEXT)
     _, notes = discover(tmp_path)

@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sparseeval import settings
 from sparseeval.commands.arguments import writable_db
 from sparseeval.hub_sources import HubFetcher, HubSource, RepoFetch, parse_source
 from sparseeval.progress import progress_bar
@@ -42,6 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "or hf://datasets/ORG/GLOB (only files not ingested yet are downloaded)")
     parser.add_argument("--db", type=writable_db, default=None,
                         help="DuckDB file (default: $SPARSEEVAL_DB or data/sparseeval.duckdb)")
+    parser.add_argument("--hub-tasks", default=None, metavar="TASKS",
+                        help="Hub sources download only these tasks' files (and the aggregate results): benchmarks, "
+                             "lm-eval task names or globs, comma-separated (default: $SPARSEEVAL_HUB_TASKS, or every "
+                             "result file)")
     parser.set_defaults(func=run)
 
 
@@ -77,7 +82,8 @@ def format_hub(fetches: list[RepoFetch]) -> list[str]:
     lines = [head, "-" * len(head)]
     for f in fetches:
         lines.append(f"{f.status:<9} {f.repo:<{width}} {(f.sha or '')[:8]:<8} {len(f.files):>5} {f.bytes:>11,} "
-                     f"{f.seconds:>7.2f}" + (f"\n    {f.error}" if f.error else ""))
+                     f"{f.seconds:>7.2f}" + (f"\n    {f.error}" if f.error else "")
+                     + "".join(f"\n    note: {n}" for n in f.notes))
     return lines
 
 
@@ -101,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
             with progress_bar("ingest", unit="unit") as tick:
                 report = store.ingest(local, progress=lambda entry: tick(f"{entry.status} {Path(entry.file).name}"))
         if hub:  # download progress and refused parts of a repo's files go to stderr as they happen
-            fetches = HubFetcher(store, log=_stderr).refresh(hub, report_unchanged=True)
+            tasks = args.hub_tasks if args.hub_tasks is not None else settings.SETTINGS["hub_tasks"].get()
+            fetches = HubFetcher(store, log=_stderr, tasks=[t.strip() for t in tasks.split(",") if t.strip()]
+                                 ).refresh(hub, report_unchanged=True)
     except PublishInterrupted:
         print("interrupted after the unit in progress was stored: its snapshot will be refreshed by the next "
               "write or `sparseeval doctor --repair`; no further unit was read", file=sys.stderr)

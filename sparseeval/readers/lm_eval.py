@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -210,14 +211,40 @@ def build_parsed(responses: pl.DataFrame, scores: pl.DataFrame, models: pl.DataF
                 for c, t in full.items()]
         return frame.select(cols).sort(keys)
 
+    kept_responses = latest(responses, ["model", "benchmark", "item_id"], RESPONSES_SCHEMA, True)
+    kept_scores, dropped = scores_with_items(latest(scores, ["model", "benchmark"], SCORES_SCHEMA, True),
+                                             kept_responses, sources)
     return ParsedResults(
-        responses=latest(responses, ["model", "benchmark", "item_id"], RESPONSES_SCHEMA, True),
-        scores=latest(scores, ["model", "benchmark"], SCORES_SCHEMA, True),
+        responses=kept_responses,
+        scores=kept_scores,
         models=latest(models, ["model"], MODELS_SCHEMA, False),
         sources=sources,
-        notes=list(notes or []),
+        notes=[*(notes or []), *dropped],
         format=fmt,
     )
+
+
+def scores_with_items(scores: pl.DataFrame, responses: pl.DataFrame, sources: Sequence[Path],
+                      ) -> tuple[pl.DataFrame, list[PartNote]]:
+    """Scores of a results folder whose benchmark has per-item rows in it, and a note per score dropped.
+
+    A folder of per-item files (lm-eval samples, leaderboard details) whose results file reports a task
+    with no per-item file of it (not logged, or not downloaded: a Hub source with wanted tasks fetches
+    only their files) would otherwise be refused as a whole (a score needs items); the rest of the
+    folder is good, so only that score is left out, and said. A folder with no per-item rows at all is
+    a results-only source: its scores are kept.
+    """
+    if responses.height == 0 or scores.height == 0:
+        return scores, []
+    orphans = scores.join(responses.select("model", "benchmark").unique(), on=["model", "benchmark"], how="anti")
+    if orphans.height == 0:
+        return scores, []
+    where = os.path.commonpath([str(p) for p in sources]) if sources else "?"
+    notes = [PartNote(f"{where}: {bench}", "skipped",
+                      f"reported score of {model} not stored: the folder holds no per-item file of {bench} "
+                      "(not logged, or not downloaded), so the score has no items to learn from")
+             for model, bench in orphans.select("model", "benchmark").sort("benchmark", "model").iter_rows()]
+    return scores.join(orphans.select("model", "benchmark"), on=["model", "benchmark"], how="anti"), notes
 
 
 def refuse_empty(path: Path, parsed: ParsedResults, errors: Sequence[InputError] = ()) -> ParsedResults:
@@ -811,9 +838,9 @@ def read_run(run: Run, model: str, skip_tasks: set[str], samples_only: bool = Fa
         if broken:
             continue
         if part is None:
-            if run.samples:
-                notes.append(PartNote(f"{where}: {task}", "refused",
-                                      f"samples file for task {task} missing (its aggregate score is kept)"))
+            if run.samples:  # absent, not bad: not logged, or left out of a download on purpose
+                notes.append(PartNote(f"{where}: {task}", "skipped",
+                                      f"no samples file of task {task}: no per-item rows of it"))
             continue
         try:
             entry.frame = read_samples(part, plan, filter_order(run, task))
