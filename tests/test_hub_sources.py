@@ -342,3 +342,27 @@ def test_the_daily_schedule_runs_the_ingest_job_that_fetches_only_a_new_revision
         assert row["sha"] == sha and row["files"] == len(pushed) and row["bytes"] == sum(map(len, pushed.values()))
         assert _resolved(server) == set(pushed)
         assert len(instance.get_run_records(dg.RunsFilter(job_name="ingest"))) == 3
+
+
+def test_a_real_leaderboard_v2_results_file_through_the_hub_with_wanted_tasks(hub, tmp_path: Path) -> None:
+    """The Open LLM Leaderboard's own v2 results of pythia-1b (tests/fixtures/real_formats/README.md), in its
+    details repo's layout (``open-llm-leaderboard/EleutherAI__pythia-1b-details``: ``<org>__<model>/results_*``),
+    fetched for two wanted tasks: the aggregate results always come, so every v2 benchmark's score is stored
+    as the leaderboard wrote it, and the repo's row says that neither task has a samples file here."""
+    import json
+
+    server, store, _ = hub
+    real = Path(__file__).parent / "fixtures" / "real_formats" / "open_llm_leaderboard_v2_pythia1b"
+    repo = Repo()
+    repo.push(files_from(real / "EleutherAI__pythia-1b", "EleutherAI__pythia-1b/")
+              | {"README.md": b"---\npretty_name: Evaluation run of EleutherAI/pythia-1b\n---\n"})
+    server.repos["open-llm-leaderboard/EleutherAI__pythia-1b-details"] = repo
+    (f,) = HubFetcher(store, tmp_path / "cache", tasks=["bbh", "mmlu_pro"]).refresh(
+        parse_sources("hf://datasets/open-llm-leaderboard/*-details"))
+    assert f.status == "fetched" and [Path(p).name for p in f.files] == [
+        "results_2025-01-27T10-10-36.877664.json"]
+    assert f.notes == ["no file of wanted task 'bbh' at this commit", "no file of wanted task 'mmlu_pro' at this commit"]
+    raw = json.loads(next((real / "EleutherAI__pythia-1b").glob("results_*.json")).read_text())["results"]
+    stored = dict(store.query("SELECT benchmark, score FROM scores WHERE model = 'EleutherAI/pythia-1b'").rows())
+    assert stored["mmlu_pro"] == raw["leaderboard_mmlu_pro"]["acc,none"]
+    assert stored["bbh"] == raw["leaderboard_bbh"]["acc_norm,none"] and "leaderboard" not in stored
