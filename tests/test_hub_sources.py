@@ -361,7 +361,7 @@ def test_a_real_leaderboard_v2_results_file_through_the_hub_with_wanted_tasks(hu
         parse_sources("hf://datasets/open-llm-leaderboard/*-details"))
     assert f.status == "fetched" and [Path(p).name for p in f.files] == [
         "results_2025-01-27T10-10-36.877664.json"]
-    assert f.notes == ["no file of wanted task 'bbh' at this commit", "no file of wanted task 'mmlu_pro' at this commit"]
+    assert f.notes == [f"no file of wanted task {t!r} at this commit" for t in ("bbh", "mmlu_pro")]
     raw = json.loads(next((real / "EleutherAI__pythia-1b").glob("results_*.json")).read_text())["results"]
     stored = dict(store.query("SELECT benchmark, score FROM scores WHERE model = 'EleutherAI/pythia-1b'").rows())
     assert stored["mmlu_pro"] == raw["leaderboard_mmlu_pro"]["acc,none"]
