@@ -222,6 +222,52 @@ def database(lay: Layout, pg_port: int) -> Database:
     return Database(LOOPBACK, pg_port, PG_USER, "dagster", mlflow, password, local=True)
 
 
+# ------------------------------------------------------------------------------------ instance config
+
+
+#: the sections of dagster.yaml that name a class whose own schema checks their ``config``
+CLASS_SECTIONS = ("run_launcher", "run_coordinator", "run_storage", "event_log_storage", "schedule_storage",
+                  "scheduler", "compute_logs", "local_artifact_storage", "secrets")
+
+
+def validate_instance_config(config: dict[str, Any], where: str) -> None:
+    """``config`` (a parsed ``dagster.yaml``) against Dagster's own instance schema, and each named
+    class's ``config`` against that class's schema, without building anything (a Postgres storage or
+    a Kubernetes launcher would connect on construction). ``{env: X}`` values are checked as such,
+    not resolved. Raises ``ValueError`` naming ``where`` and the errors."""
+    import importlib
+
+    from dagster._config import validate_config
+    from dagster._core.errors import DagsterInvalidConfigError
+    from dagster._core.instance.config import dagster_instance_config_schema, validate_concurrency_config
+    from dagster._serdes.config_class import ConfigurableClassData
+
+    def fail(what: str, errors: list) -> None:
+        raise ValueError(f"{where}: {what}: " + "; ".join(e.message for e in errors))
+
+    result = validate_config(dagster_instance_config_schema(), config)
+    if not result.success:
+        fail("not a Dagster instance config", list(result.errors))
+    if "concurrency" in config:
+        try:
+            validate_concurrency_config(config)
+        except DagsterInvalidConfigError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    for section in CLASS_SECTIONS:
+        if section not in config or not isinstance(config[section], dict) or "class" not in config[section]:
+            continue
+        spec = config[section]
+        module = ConfigurableClassData(spec["module"], spec["class"], "").module_name  # dagster.core -> _core
+        try:
+            klass = getattr(importlib.import_module(module), spec["class"])
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"{where}: {section}: cannot load {spec['module']}.{spec['class']} ({exc})") from None
+        if hasattr(klass, "config_type"):
+            result = validate_config(klass.config_type() or {}, spec.get("config", {}))
+            if not result.success:
+                fail(f"{section} ({spec['class']})", list(result.errors))
+
+
 # ------------------------------------------------------------------------------------ local postgres
 
 
