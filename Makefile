@@ -12,8 +12,8 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run test test-fast lint ui mlflow-ui clean bench-accuracy bench-speed bench-ingest bench-coverage \
-	bench-refresh bench-simulate bench-ui bench-sql-start bench-hub-refresh
+.PHONY: install run test test-fast lint ui mlflow-ui serve serve-stop bench-serve clean bench-accuracy bench-speed \
+	bench-ingest bench-coverage bench-refresh bench-simulate bench-ui bench-sql-start bench-hub-refresh
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -51,6 +51,14 @@ mlflow-ui: install
 	  --backend-store-uri sqlite:///$(SPARSEEVAL_DATA_DIR)/mlflow.db \
 	  --default-artifact-root $(SPARSEEVAL_DATA_DIR)/mlartifacts -h 127.0.0.1 -p 5000
 
+# served mode (docs/deploy.md): Postgres, MLflow tracking server, Dagster code server, webserver and
+# daemon as separate processes on 127.0.0.1; Ctrl-C or `make serve-stop` stops them all
+serve: install
+	$(PY) -m pipelines.serve start
+
+serve-stop:
+	$(PY) -m pipelines.serve stop
+
 bench-accuracy: install
 	$(PY) bench/accuracy.py
 
@@ -75,6 +83,9 @@ bench-simulate: install
 # screenshots of the Dagster and MLflow UIs after `make run` (needs Debian's chromium) -> docs/screens/
 bench-ui: install $(DAGSTER_HOME)/dagster.yaml
 	$(PY) bench/ui_screens.py
+
+bench-serve: install
+	$(PY) bench/serve.py
 
 bench-sql-start: install
 	$(PY) bench/sql_start.py

@@ -180,6 +180,14 @@ def _read_private(path: Path) -> str:
     return path.read_text().strip()
 
 
+def _secret(lay: Layout, name: str) -> str:
+    """A random secret generated once into ``<data>/serve/secrets/<name>`` (0600), then reused."""
+    path = lay.secrets / name
+    if not path.exists():
+        _write_private(path, secrets.token_urlsafe(24))
+    return _read_private(path)
+
+
 @dataclass(frozen=True)
 class Database:
     """How the services reach Postgres (the password is kept out of ``repr``)."""
@@ -214,10 +222,7 @@ def database(lay: Layout, pg_port: int) -> Database:
         user = env.get("DAGSTER_PG_USER") or "dagster"
         mlflow = env.get("MLFLOW_BACKEND_STORE_URI") or f"postgresql+psycopg2://{user}@{host}:{port}/mlflow"
         return Database(host, port, user, env.get("DAGSTER_PG_DB") or "dagster", mlflow, password, local=False)
-    secret = lay.secrets / "pg_password"
-    if not secret.exists():
-        _write_private(secret, secrets.token_urlsafe(24))
-    password = _read_private(secret)
+    password = _secret(lay, "pg_password")
     mlflow = env.get("MLFLOW_BACKEND_STORE_URI") or f"postgresql+psycopg2://{PG_USER}@{LOOPBACK}:{pg_port}/mlflow"
     return Database(LOOPBACK, pg_port, PG_USER, "dagster", mlflow, password, local=True)
 
@@ -340,13 +345,18 @@ def stop_postgres(lay: Layout) -> None:
 # ------------------------------------------------------------------------------------------ services
 
 
-def service_env(lay: Layout, db: Database, ports: dict[str, int]) -> dict[str, str]:
+def client_host(bind: str) -> str:
+    """The address a local client reaches a service bound to ``bind`` at (all interfaces: loopback)."""
+    return LOOPBACK if bind in ("0.0.0.0", "::", "") else bind
+
+
+def service_env(lay: Layout, db: Database, ports: dict[str, int], mlflow_host: str = LOOPBACK) -> dict[str, str]:
     """Environment of the Dagster processes (and the runs they start)."""
     env = dict(os.environ)
     env.update({
         "DAGSTER_HOME": str(lay.dagster_home),
         "SPARSEEVAL_DATA_DIR": str(lay.data),
-        "MLFLOW_TRACKING_URI": f"http://{LOOPBACK}:{ports['mlflow']}",
+        "MLFLOW_TRACKING_URI": f"http://{client_host(mlflow_host)}:{ports['mlflow']}",
         "DAGSTER_PG_HOST": db.host, "DAGSTER_PG_PORT": str(db.port), "DAGSTER_PG_USER": db.user,
         "DAGSTER_PG_DB": db.dagster_db, "DAGSTER_PG_PASSWORD": db.password,
         "PGPASSFILE": str(lay.secrets / "pgpass"),
@@ -378,6 +388,10 @@ def commands(lay: Layout, ports: dict[str, int], mlflow_host: str) -> dict[str, 
               "--serve-artifacts", "--artifacts-destination", lay.artifacts.as_uri()]
     if mlflow_host != LOOPBACK:
         mlflow += ["--app-name", "basic-auth"]
+        if mlflow_host != client_host(mlflow_host) or os.environ.get("MLFLOW_SERVER_ALLOWED_HOSTS"):
+            pass  # all interfaces: MLflow's defaults (loopback, private networks) or the user's list
+        else:  # its Host-header check allows loopback names only by default
+            mlflow += ["--allowed-hosts", f"{mlflow_host},{mlflow_host}:*,localhost,localhost:*,127.0.0.1,127.0.0.1:*"]
     return {
         "mlflow": mlflow,
         "code_server": [_bin("dagster"), "code-server", "start", "-m", "pipelines.definitions", "-h", LOOPBACK,
@@ -453,6 +467,21 @@ def prepare(lay: Layout, db: Database, ports: dict[str, int], mlflow_host: str) 
                        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
 
 
+def start_or_undo(args: argparse.Namespace) -> int:
+    """:func:`start`; when start-up fails or is interrupted (Ctrl-C), the services this call began
+    are stopped again, so a failed ``make serve`` leaves no Postgres or MLflow behind."""
+    lay = layout()
+    before = {n for n, s in read_state(lay).get("services", {}).items() if alive(s.get("pid"))}
+    try:
+        return start(args)
+    except (ServeError, KeyboardInterrupt):
+        began = set(read_state(lay).get("services", {})) - before
+        if began:
+            print(f"serve: start-up did not finish; stopping {', '.join(sorted(began))}", file=sys.stderr, flush=True)
+            stop_services(lay, 0, only=began)
+        raise
+
+
 def start(args: argparse.Namespace) -> int:
     lay = layout()
     lay.serve.mkdir(parents=True, exist_ok=True)
@@ -476,7 +505,7 @@ def start(args: argparse.Namespace) -> int:
     mlflow_host = running.get("mlflow", {}).get("host") or args.mlflow_host
     db = database(lay, ports["postgres"])
     prepare(lay, db, ports, mlflow_host)
-    env = service_env(lay, db, ports)
+    env = service_env(lay, db, ports, mlflow_host)
     state.update({"ports": ports, "services": running, "data": str(lay.data)})
     if not args.detach:
         state["supervisor"] = os.getpid()
@@ -492,8 +521,9 @@ def start(args: argparse.Namespace) -> int:
     mlflow_env.update({"MLFLOW_BACKEND_STORE_URI": db.mlflow_uri, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     if mlflow_host != LOOPBACK:
         mlflow_env["MLFLOW_AUTH_CONFIG_PATH"] = str(lay.secrets / "mlflow_auth.ini")
+        mlflow_env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = _secret(lay, "mlflow_flask_key")  # its CSRF key
     checks = {
-        "mlflow": lambda: _get(f"http://{LOOPBACK}:{ports['mlflow']}/health") == b"OK",
+        "mlflow": lambda: _get(f"http://{client_host(mlflow_host)}:{ports['mlflow']}/health") == b"OK",
         "code_server": lambda: _tcp_open(ports["code_server"]),
         "webserver": lambda: _webserver_ready(ports["webserver"]),
         "daemon": lambda: True,
@@ -583,12 +613,13 @@ def _finish_runs(lay: Layout, grace: float) -> list[str]:
     return notes
 
 
-def stop_services(lay: Layout, grace: float) -> int:
+def stop_services(lay: Layout, grace: float, only: set[str] | None = None) -> int:
+    """Stop the services (``only``: those alone), the daemon first and Postgres last."""
     state = read_state(lay)
     services = state.get("services", {})
     for name in reversed(SERVICES):
         svc = services.get(name)
-        if not svc:
+        if not svc or (only is not None and name not in only):
             continue
         if name == "code_server" and alive(svc["pid"]):  # runs live under the code server
             try:
@@ -604,7 +635,8 @@ def stop_services(lay: Layout, grace: float) -> int:
         print(f"  {name:<12} {how}", flush=True)
         services.pop(name)
         write_state(lay, state)
-    state.pop("supervisor", None)
+    if only is None:
+        state.pop("supervisor", None)
     write_state(lay, state)
     return 0
 
@@ -656,7 +688,7 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--grace", type=float, default=60, help="seconds in-flight runs may take to finish")
     sub.add_parser("status", help="the services and whether they run")
     args = ap.parse_args(argv)
-    return {"start": start, "stop": stop, "status": status}[args.cmd](args)
+    return {"start": start_or_undo, "stop": stop, "status": status}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -11,17 +11,19 @@ run is in flight, and the run records are read back from the cluster.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ipaddress
 import json
 import os
-import re
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: runs at once (max_concurrent_runs: 2), the third queued
 BENCHMARK_ITEMS = {"arc": 60, "gsm8k": 50, "mmlu": 60}
 BENCHMARKS = sorted(BENCHMARK_ITEMS)
+MLFLOW_HOST = "127.0.0.2"  #: loopback too (all of 127/8 is), but not the default bind address
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 
 RUNS_QUERY = """{ runsOrError { ... on Runs { results { runId jobName status
@@ -80,10 +83,14 @@ class Served:
         self.env.update({
             "PYTHONPATH": str(REPO), "SPARSEEVAL_DATA_DIR": str(self.data), "SPARSEEVAL_SOURCE": str(self.source),
             "SPARSEEVAL_SENSOR_INTERVAL": "2", "SPARSEEVAL_K": "8", "SPARSEEVAL_METHOD": "sparseeval-linear",
-            "SPARSEEVAL_COMPARE_METHODS": "random-linear,sparseeval-linear", "SPARSEEVAL_COMPARE_KS": "8",
+            "SPARSEEVAL_COMPARE_METHODS": "random-linear", "SPARSEEVAL_COMPARE_KS": "8",
             "SPARSEEVAL_COMPARE_SEEDS": "1", "SPARSEEVAL_THREADS": "1", "OMP_NUM_THREADS": "1",
         })
-        self.ports = {"dagster": serve.free_port(), "mlflow": serve.free_port()}
+        # MLflow exposed on another loopback address (asked for explicitly): its basic-auth app is on,
+        # and the pipeline logs in; everything else binds 127.0.0.1 by default
+        self.admin_password = secrets.token_urlsafe(16)
+        self.env["MLFLOW_AUTH_ADMIN_PASSWORD"] = self.admin_password
+        self.ports = {"dagster": serve.free_port(), "mlflow": serve.free_port(MLFLOW_HOST)}
 
     def cli(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "pipelines.serve", *args], env=self.env, cwd=REPO,
@@ -96,7 +103,7 @@ class Served:
 
     def start(self) -> None:
         self.cli("start", "--detach", "--dagster-port", str(self.ports["dagster"]),
-                 "--mlflow-port", str(self.ports["mlflow"]))
+                 "--mlflow-port", str(self.ports["mlflow"]), "--mlflow-host", MLFLOW_HOST)
 
     @property
     def state(self) -> dict:
@@ -115,9 +122,11 @@ class Served:
     def runs(self) -> list[dict]:
         return self.graphql(RUNS_QUERY)["runsOrError"]["results"]
 
-    def mlflow(self, path: str) -> dict:
-        url = f"http://127.0.0.1:{self.ports['mlflow']}/api/2.0/mlflow/{path}"
-        with urllib.request.urlopen(url, timeout=10) as r:
+    def mlflow(self, path: str, auth: bool = True) -> dict:
+        url = f"http://{MLFLOW_HOST}:{self.ports['mlflow']}/api/2.0/mlflow/{path}"
+        token = base64.b64encode(f"admin:{self.admin_password}".encode()).decode()
+        request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"} if auth else {})
+        with urllib.request.urlopen(request, timeout=10) as r:
             return json.loads(r.read())
 
     def pg_runs(self) -> dict[str, tuple[str, str]]:
@@ -138,7 +147,7 @@ class Served:
         log = (self.data / "serve" / "logs" / "code_server.log").read_text(errors="replace")
         return "\n".join(line for line in log.splitlines() if " - ERROR - " in line or "Error:" in line)[-6000:]
 
-    def wait(self, what: str, predicate, timeout: float = 240):
+    def wait(self, what: str, predicate, timeout: float = 480):  # generous: CI machines are shared
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
@@ -262,47 +271,76 @@ def test_sensor_chain_survives_a_daemon_kill_and_publishes_through_the_services(
     assert any(p.is_file() for p in (served.data / "mlflow-artifacts").rglob("*")), "the server stored no artifact"
 
 
-def test_binds_loopback_and_keeps_the_password_secret(served: Served) -> None:
-    state = served.state
-    ours = _descendants({svc["pid"] for svc in state["services"].values()})
-    listening = subprocess.run(["ss", "-H", "-ltnp"], capture_output=True, text=True, check=True).stdout
-    seen = {}
-    for line in listening.splitlines():
-        pids = {int(p) for p in re.findall(r"pid=(\d+)", line)}
-        if pids & ours:
-            local = line.split()[3]
-            seen[local] = pids & ours
-    assert {int(a.rsplit(":", 1)[1]) for a in seen} >= {served.ports["dagster"], served.ports["mlflow"],
-                                                        state["ports"]["postgres"], state["ports"]["code_server"]}
-    assert all(_host(a) == "127.0.0.1" for a in seen), seen
-
-    secret = served.password
-    assert len(secret) >= 24
-    for f in (served.data / "serve" / "secrets").iterdir():
-        assert f.stat().st_mode & 0o077 == 0, f
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes()
-            except OSError:
+def _listening(pids: set[int]) -> dict[int, str]:
+    """port -> IPv4 host of every TCP socket in LISTEN state that one of ``pids`` holds (read from
+    /proc: the sockets' inodes in the processes' fds, their addresses in /proc/net/tcp{,6})."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if (target := os.readlink(fd)).startswith("socket:["):
+                        inodes.add(target[8:-1])
+    out = {}
+    for table, width in (("tcp", 4), ("tcp6", 16)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
                 continue
-            assert secret.encode() not in cmdline, f"password in the arguments of process {proc.name}"
-    for log in [*(served.data / "serve" / "logs").glob("*"), *(served.data / "postgres").rglob("*.log")]:
-        assert secret not in log.read_text(errors="replace"), f"password in {log}"
-    # MLflow gets the password from the passfile only: neither its arguments nor its environment hold it
+            hexhost, hexport = fields[1].split(":")
+            raw = bytes.fromhex(hexhost)
+            # the kernel prints each 32-bit word in host (little-endian) order
+            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, width, 4))
+            ip = ipaddress.ip_address(packed)
+            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:  # gRPC: [::ffff:127.0.0.1]
+                ip = ip.ipv4_mapped
+            out[int(hexport, 16)] = str(ip)
+    return out
+
+
+def test_binds_loopback_asks_mlflow_for_a_login_and_keeps_the_secrets(served: Served) -> None:
+    state = served.state
+    listening = _listening(_descendants({svc["pid"] for svc in state["services"].values()}))
+    ports = {"webserver": served.ports["dagster"], "mlflow": served.ports["mlflow"],
+             "postgres": state["ports"]["postgres"], "code_server": state["ports"]["code_server"]}
+    assert set(ports.values()) <= set(listening), (ports, listening)
+    # every socket on 127.0.0.1 but MLflow's, on the address it was asked for
+    assert {port: host for port, host in listening.items() if port != ports["mlflow"]} == \
+        dict.fromkeys(set(listening) - {ports["mlflow"]}, "127.0.0.1")
+    assert listening[ports["mlflow"]] == MLFLOW_HOST
+    # exposed, MLflow asks for a login
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        served.mlflow("experiments/search?max_results=1", auth=False)
+    assert refused.value.code == 401
+    served.admin_password, right = "wrong", served.admin_password
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            served.mlflow("experiments/search?max_results=1")
+        assert refused.value.code == 401
+    finally:
+        served.admin_password = right
+    assert served.mlflow("experiments/search?max_results=1")["experiments"]
+
+    # the secrets: in 0600 files, the environment, nowhere else
+    keys = served.data / "serve" / "secrets"
+    secret_values = {"database password": served.password, "MLflow admin password": served.admin_password,
+                     "MLflow CSRF key": (keys / "mlflow_flask_key").read_text().strip()}
+    assert len(served.password) >= 24
+    assert keys.stat().st_mode & 0o077 == 0 and all(f.stat().st_mode & 0o077 == 0 for f in keys.iterdir())
+    args = {proc.name: (proc / "cmdline").read_bytes() for proc in Path("/proc").iterdir()
+            if proc.name.isdigit() and (proc / "cmdline").exists()}
+    assert len(args) > 5 and any(b"dagster-daemon" in a for a in args.values())  # the scan sees our processes
+    logs = [*(served.data / "serve" / "logs").glob("*"), *(served.data / "postgres").rglob("*.log")]
+    assert len(logs) >= 5
+    for what, value in secret_values.items():
+        assert not [pid for pid, a in args.items() if value.encode() in a], f"the {what} in a process's arguments"
+        assert not [log for log in logs if value in log.read_text(errors="replace")], f"the {what} in a log"
+        # git grep: the repository's files, tracked or not, without what .gitignore names (.venv, data/)
+        assert subprocess.run(["git", "-C", str(REPO), "grep", "-qF", "--untracked", value],
+                              check=False).returncode == 1, f"the {what} in the repository"
+    # MLflow reads the database password from the passfile: its environment does not hold it
     mlflow_env = Path(f"/proc/{served.pid('mlflow')}/environ").read_bytes()
-    assert secret.encode() not in mlflow_env
-    assert b"PGPASSFILE=" in mlflow_env
-    # and nothing in the repository does
-    assert subprocess.run(["grep", "-rqF", secret, str(REPO / "pipelines"), str(REPO / "docs")],
-                          check=False).returncode == 1
-
-
-def _host(address: str) -> str:
-    """The IPv4 host of a listening address as ``ss`` prints it (gRPC listens on an IPv6 socket
-    bound to the IPv4-mapped ``[::ffff:127.0.0.1]``: still loopback only)."""
-    ip = ipaddress.ip_address(address.rsplit(":", 1)[0].strip("[]"))
-    return str(ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip)
+    assert served.password.encode() not in mlflow_env and b"PGPASSFILE=" in mlflow_env
 
 
 def _descendants(roots: set[int]) -> set[int]:
@@ -354,3 +392,20 @@ def test_exposing_mlflow_without_auth_is_refused(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "MLFLOW_AUTH_ADMIN_PASSWORD" in proc.stderr and "0.0.0.0" in proc.stderr
     assert not (tmp_path / "data" / "postgres").exists()  # refused before anything started
+
+
+def test_every_service_binds_loopback_unless_asked(tmp_path: Path) -> None:
+    lay = serve.Layout(tmp_path)
+    ports = {"mlflow": 5000, "code_server": 4000, "webserver": 3000}
+
+    def host(cmd: list[str]) -> str:
+        return cmd[cmd.index(next(f for f in ("--host", "-h") if f in cmd)) + 1]
+
+    default = serve.commands(lay, ports, serve.LOOPBACK)
+    assert {name: host(cmd) for name, cmd in default.items() if name != "daemon"} == \
+        {"mlflow": "127.0.0.1", "code_server": "127.0.0.1", "webserver": "127.0.0.1"}
+    assert "--app-name" not in default["mlflow"]
+    exposed = serve.commands(lay, ports, "0.0.0.0")
+    assert host(exposed["mlflow"]) == "0.0.0.0" and exposed["mlflow"][exposed["mlflow"].index("--app-name") + 1] \
+        == "basic-auth"
+    assert host(exposed["webserver"]) == "127.0.0.1"  # Dagster has no login: never exposed by this script

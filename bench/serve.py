@@ -1,0 +1,154 @@
+"""The served mode's start-up and footprint, and one refresh of the embedded default served vs in-process.
+
+1. ``python -m pipelines.serve start --detach`` (what ``make serve`` runs, detached) in a fresh data
+   folder: seconds until each service answers and until the Dagster UI answers (the webserver's
+   GraphQL API lists the code location as loaded), from a cold start (``initdb`` included) and a
+   warm one (the cluster exists).
+2. The daemon's sensors then ingest the embedded synthetic leaderboard and refresh every benchmark
+   and the joint predictor, each run its own process (two at once): seconds until every run is done.
+3. Memory of each service at rest (no run in flight, after that refresh): the resident set of its
+   process tree (Postgres: the postmaster and its backends; MLflow: its server and workers).
+4. ``make run`` (``python -m pipelines.run_all``: the same jobs in-process on a SQLite instance) on
+   the same data and settings in another folder.
+
+    python bench/serve.py [--quick] [--root DIR]
+
+``--quick``: K=8, the linear method, one comparison method (what tests/test_serve.py uses) instead
+of the project's defaults. Prints a table; nothing is asserted (figures live in benches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipelines import serve  # noqa: E402
+
+QUICK = {"SPARSEEVAL_K": "8", "SPARSEEVAL_METHOD": "sparseeval-linear", "SPARSEEVAL_COMPARE_METHODS": "random-linear",
+         "SPARSEEVAL_COMPARE_KS": "8", "SPARSEEVAL_COMPARE_SEEDS": "1"}
+RUNS = """{ runsOrError { ... on Runs { results { runId jobName status } } } }"""
+
+
+def _tree_rss_mb(root: int) -> float:
+    """Resident set of ``root`` and its descendants, in MB (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(proc.name))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total / 1024
+
+
+def _cli(env: dict[str, str], *args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "pipelines.serve", *args], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=900, check=False)
+    if out.returncode:
+        raise SystemExit(f"serve {' '.join(args)} failed:\n{out.stdout}{out.stderr}")
+    return out.stdout
+
+
+def _served(root: Path, settings: dict[str, str]) -> dict:
+    data = root / "served"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "MLFLOW_", "SPARSEEVAL_"))}
+    env.update({"PYTHONPATH": str(REPO), "SPARSEEVAL_DATA_DIR": str(data), "SPARSEEVAL_SENSOR_INTERVAL": "5",
+                **settings})
+    ports = ["--dagster-port", "0", "--mlflow-port", "0"]
+    out: dict = {}
+    try:
+        t0 = time.monotonic()
+        _cli(env, "start", "--detach", *ports)
+        out["cold_start_s"] = time.monotonic() - t0
+        state = json.loads((data / "serve" / "state.json").read_text())
+        out["service_s"] = state["started_s"]
+        web = state["ports"]["webserver"]
+        t0 = time.monotonic()
+        while True:  # the sensors' chain: ingest, the refreshes, the joint predictor
+            runs = serve.graphql(web, RUNS)["runsOrError"]["results"]
+            jobs = {r["jobName"] for r in runs}
+            if {"ingest", "refresh", "joint"} <= jobs and all(r["status"] in ("SUCCESS", "FAILURE", "CANCELED")
+                                                            for r in runs):
+                break
+            if time.monotonic() - t0 > 3600:
+                raise SystemExit(f"the served refresh did not finish in an hour: {runs}")
+            time.sleep(2)
+        out["refresh_s"] = time.monotonic() - t0
+        out["runs"] = sorted((r["jobName"], r["status"]) for r in runs)
+        time.sleep(10)  # at rest: no run in flight, the daemon ticking on unchanged data
+        state = json.loads((data / "serve" / "state.json").read_text())
+        out["rss_mb"] = {name: _tree_rss_mb(svc["pid"]) for name, svc in state["services"].items()}
+        _cli(env, "stop")
+        t0 = time.monotonic()
+        _cli(env, "start", "--detach", *ports)
+        out["warm_start_s"] = time.monotonic() - t0
+    finally:
+        subprocess.run([sys.executable, "-m", "pipelines.serve", "stop", "--grace", "0"], cwd=REPO, env=env,
+                       capture_output=True, timeout=300, check=False)
+    return out
+
+
+def _in_process(root: Path, settings: dict[str, str]) -> dict:
+    home = root / "inproc" / "dagster_home"
+    home.mkdir(parents=True)
+    shutil.copy(REPO / "pipelines" / "dagster.yaml", home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "MLFLOW_", "SPARSEEVAL_"))}
+    env.update({"PYTHONPATH": str(REPO), "DAGSTER_HOME": str(home), "SPARSEEVAL_DATA_DIR": str(root / "inproc"),
+                **settings})
+    t0 = time.monotonic()
+    made = subprocess.run([sys.executable, "-m", "pipelines.run_all"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=3600, check=False)
+    return {"refresh_s": time.monotonic() - t0, "ok": made.returncode == 0 and "FAILED" not in made.stdout}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the test's small settings instead of the defaults")
+    ap.add_argument("--root", type=Path, default=None, help="work folder (default: a fresh one under /tmp)")
+    args = ap.parse_args()
+    root = args.root or Path(tempfile.mkdtemp(prefix="sev-bench-", dir="/tmp"))
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o711)  # the postgres user traverses it (as root)
+    settings = QUICK if args.quick else {}
+    print(f"settings: {settings or 'the defaults (make run)'}; work folder {root}", flush=True)
+    served = _served(root, settings)
+    inproc = _in_process(root, settings)
+    print("\nstart-up (python -m pipelines.serve start --detach until every service answers)")
+    print(f"  cold (initdb, role, databases): {served['cold_start_s']:6.1f} s   warm: {served['warm_start_s']:6.1f} s")
+    for name, seconds in served["service_s"].items():
+        print(f"    {name:<12} {seconds:6.1f} s")
+    print("\nmemory at rest (resident set of each service's process tree)")
+    for name, mb in served["rss_mb"].items():
+        print(f"  {name:<12} {mb:7.0f} MB")
+    print(f"  {'total':<12} {sum(served['rss_mb'].values()):7.0f} MB")
+    print("\none refresh of the embedded default (ingest, every benchmark, the joint predictor)")
+    print(f"  served (daemon sensors, a process per run, two at once): {served['refresh_s']:6.1f} s  "
+          f"runs: {served['runs']}")
+    print(f"  make run (in-process, one after another):                {inproc['refresh_s']:6.1f} s  "
+          f"{'ok' if inproc['ok'] else 'FAILED'}")
+    if not args.root:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
