@@ -374,12 +374,21 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
+def _default_signals() -> None:
+    """In the child before exec: SIGINT and SIGTERM back to their defaults. A parent started in the
+    background (``nohup``, ``make serve &``) ignores SIGINT, an ignored signal survives exec, and
+    Dagster maps SIGTERM onto SIGINT's handler: its code server would then ignore SIGTERM too and
+    only die to SIGKILL at stop."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _spawn(lay: Layout, name: str, cmd: list[str], env: dict[str, str]) -> int:
     """A service in its own session (Ctrl-C reaches only the supervisor, which stops it in order)."""
     lay.logs.mkdir(parents=True, exist_ok=True)
     with (lay.logs / f"{name}.log").open("a") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=str(lay.serve), start_new_session=True)
+                                cwd=str(lay.serve), start_new_session=True, preexec_fn=_default_signals)
     return proc.pid
 
 

@@ -1,12 +1,14 @@
 """The served mode, run for real: Postgres, the MLflow tracking server, the Dagster code server,
 webserver and daemon as separate processes, started by ``python -m pipelines.serve`` (what
-``make serve`` runs), on free ports on 127.0.0.1 in a temporary data folder.
+``make serve`` runs), on free ports in a temporary data folder; MLflow exposed on 127.0.0.2 (so
+with its basic-auth app), everything else on 127.0.0.1.
 
 A result folder dropped into the source travels the daemon's sensor chain (ingest, the changed
-partitions, the joint predictor); the test reads the outcome through the services' own interfaces:
-the webserver's GraphQL API, the MLflow server's REST API and the ``runs`` table in Postgres. Then
-the daemon is SIGKILLed during a refresh and restarted, and finally everything is stopped while a
-run is in flight, and the run records are read back from the cluster.
+partitions, the joint predictor); the daemon is SIGKILLed while a refresh runs and restarted, and
+the chain completes. The outcome is read through the services' own interfaces: the webserver's
+GraphQL API, the MLflow server's REST API (with a login) and the ``runs`` table in Postgres. Then
+the bind addresses and the secrets are checked, and finally everything is stopped while a run is
+in flight, and the run records are read back from the cluster.
 """
 
 from __future__ import annotations
@@ -369,6 +371,7 @@ def test_stop_with_a_run_in_flight_keeps_every_record(served: Served) -> None:
     pids = {n: s["pid"] for n, s in served.state["services"].items()}
     out = served.cli("stop", "--grace", "0", timeout=180)
     assert "daemon       stopped" in out.stdout and "postgres     stopped" in out.stdout, out.stdout
+    assert "killed" not in out.stdout, out.stdout  # every service stopped on SIGTERM
     assert not any(serve.alive(p) for p in pids.values())
     assert not (served.data / "postgres" / "cluster" / "postmaster.pid").exists()
     # read the records back from the cluster alone
