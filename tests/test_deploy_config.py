@@ -9,6 +9,7 @@ mode's ``dagster.yaml`` is shown verbatim in ``docs/deploy.md`` (the documented 
 
 from __future__ import annotations
 
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -61,3 +62,20 @@ def test_a_wrong_key_is_refused_naming_it(change: dict, error: str) -> None:
     config = {**yaml.safe_load(INSTANCE_YAML.read_text()), **change}
     with pytest.raises(ValueError, match=error):
         validate_instance_config(config, "changed.yaml")
+
+
+def test_the_deploy_doc_names_every_variable_the_served_mode_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment table of ``docs/deploy.md`` is the environment the services get."""
+    from pipelines import serve
+
+    for var in [v for v in os.environ if v.startswith(("DAGSTER_", "MLFLOW_", "PG", "SPARSEEVAL_"))]:
+        monkeypatch.delenv(var)
+    lay = serve.Layout(REPO / "data")
+    db = serve.Database("127.0.0.1", 5432, serve.PG_USER, "dagster", "postgresql+psycopg2://x@h/mlflow", "pw", True)
+    set_by_serve = set(serve.service_env(lay, db, {"mlflow": 5000})) - set(os.environ)
+    assert set_by_serve >= {"DAGSTER_HOME", "DAGSTER_PG_PASSWORD", "MLFLOW_TRACKING_URI", "PGPASSFILE"}
+    doc = (REPO / "docs" / "deploy.md").read_text()
+    named = {v for v in set_by_serve | {"MLFLOW_BACKEND_STORE_URI", "DAGSTER_PG_PASSWORD_FILE"}
+             if re.search(rf"`{v}[`=]", doc) or (v.startswith("SPARSEEVAL_") and "`SPARSEEVAL_*`" in doc)}
+    missing = set_by_serve - named - {"PYTHONUNBUFFERED"}
+    assert not missing, f"docs/deploy.md does not name {sorted(missing)}"

@@ -188,6 +188,13 @@ def served() -> Iterator[Served]:
     root = Path(tempfile.mkdtemp(prefix="sev-", dir="/tmp"))
     root.chmod(0o711)
     s = Served(root)
+
+    def interrupted(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")  # pytest then runs the teardown below
+
+    # the services run in their own sessions: a pytest terminated (a CI timeout's SIGTERM, a closed
+    # terminal's SIGHUP) would leave them running unless it tears down
+    previous = {sig: signal.signal(sig, interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         t0 = time.monotonic()
         s.start()
@@ -200,6 +207,8 @@ def served() -> Iterator[Served]:
         finally:
             _kill_leftovers(s)
             shutil.rmtree(root, ignore_errors=True)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _by_job(runs: list[dict], job: str) -> list[dict]:
@@ -274,6 +283,14 @@ def test_sensor_chain_survives_a_daemon_kill_and_publishes_through_the_services(
         assert run["info"]["artifact_uri"].startswith("mlflow-artifacts:")  # served artifacts, not a file path
     assert not list(served.data.glob("mlflow*.db")) and not (served.data / "mlruns").exists()  # no local store
     assert any(p.is_file() for p in (served.data / "mlflow-artifacts").rglob("*")), "the server stored no artifact"
+
+    # DuckDB stayed the one store (written behind the duckdb_writer pool); its snapshot, what readers
+    # open, holds every published champion
+    import duckdb
+
+    with duckdb.connect(str(served.data / "sparseeval.snapshot.duckdb"), read_only=True) as con:
+        champions = {r[0] for r in con.execute("SELECT DISTINCT benchmark FROM latest_anchors").fetchall()}
+    assert champions == {*BENCHMARKS, JOINT_NAME}
 
 
 def _listening(pids: set[int]) -> dict[int, str]:
@@ -420,3 +437,29 @@ def test_every_service_binds_loopback_unless_asked(tmp_path: Path) -> None:
     assert host(exposed["mlflow"]) == "0.0.0.0" and exposed["mlflow"][exposed["mlflow"].index("--app-name") + 1] \
         == "basic-auth"
     assert host(exposed["webserver"]) == "127.0.0.1"  # Dagster has no login: never exposed by this script
+
+
+def test_an_external_servers_password_comes_from_the_environment_or_a_private_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lay = serve.Layout(tmp_path / "data")
+    for var in ("DAGSTER_PG_PASSWORD", "DAGSTER_PG_PASSWORD_FILE", "MLFLOW_BACKEND_STORE_URI"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DAGSTER_PG_HOST", "db.internal")
+    with pytest.raises(SystemExit, match="DAGSTER_PG_PASSWORD"):
+        serve.database(lay, 0)
+    secret = tmp_path / "pg_password"
+    secret.write_text("s3cret-from-a-file\n")
+    secret.chmod(0o644)
+    monkeypatch.setenv("DAGSTER_PG_PASSWORD_FILE", str(secret))
+    with pytest.raises(SystemExit, match=f"{secret} is readable by others"):
+        serve.database(lay, 0)
+    secret.chmod(0o600)
+    db = serve.database(lay, 0)
+    assert (db.host, db.port, db.user, db.dagster_db, db.password, db.local) == \
+        ("db.internal", 5432, "dagster", "dagster", "s3cret-from-a-file", False)
+    assert "s3cret" not in repr(db) and "s3cret" not in db.mlflow_uri  # MLflow gets it from the passfile
+    assert db.mlflow_uri == "postgresql+psycopg2://dagster@db.internal:5432/mlflow"
+    assert not lay.data.exists()  # an external server: no local cluster, nothing written
+    # the services' environment passes the password on, never the file's name
+    env = serve.service_env(lay, db, {"mlflow": 5000})
+    assert env["DAGSTER_PG_PASSWORD"] == "s3cret-from-a-file" and "DAGSTER_PG_PASSWORD_FILE" not in env
