@@ -6,8 +6,9 @@
    warm one (the cluster exists).
 2. The daemon's sensors then ingest the embedded synthetic leaderboard and refresh every benchmark
    and the joint predictor, each run its own process (two at once): seconds until every run is done.
-3. Memory of each service at rest (no run in flight, after that refresh): the resident set of its
-   process tree (Postgres: the postmaster and its backends; MLflow: its server and workers).
+3. Memory of each service at rest (no run in flight, after that refresh): the resident and the
+   proportional set of its process tree (Postgres: the postmaster and its backends; MLflow: its
+   server and workers).
 4. ``make run`` (``python -m pipelines.run_all``: the same jobs in-process on a SQLite instance) on
    the same data and settings in another folder.
 
@@ -39,8 +40,10 @@ QUICK = {"SPARSEEVAL_K": "8", "SPARSEEVAL_METHOD": "sparseeval-linear", "SPARSEE
 RUNS = """{ runsOrError { ... on Runs { results { runId jobName status } } } }"""
 
 
-def _tree_rss_mb(root: int) -> float:
-    """Resident set of ``root`` and its descendants, in MB (from /proc)."""
+def _tree_memory_mb(root: int) -> tuple[float, float]:
+    """Resident set and proportional set of ``root`` and its descendants, in MB (from /proc). RSS
+    counts a shared page once per process (Postgres's shared buffers in every backend); PSS splits
+    it between them, so the PSS of the services adds up to what they take together."""
     children: dict[int, list[int]] = {}
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -49,16 +52,19 @@ def _tree_rss_mb(root: int) -> float:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(proc.name))
-    total, todo = 0, [root]
+    rss = pss = 0
+    todo = [root]
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
         except OSError:
             continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return total / 1024
+        fields = {line.split(":")[0]: int(line.split()[1]) for line in rollup.splitlines()[1:] if line.endswith("kB")}
+        rss += fields.get("Rss", 0)
+        pss += fields.get("Pss", 0)
+    return rss / 1024, pss / 1024
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
@@ -97,7 +103,7 @@ def _served(root: Path, settings: dict[str, str]) -> dict:
         out["runs"] = sorted((r["jobName"], r["status"]) for r in runs)
         time.sleep(10)  # at rest: no run in flight, the daemon ticking on unchanged data
         state = json.loads((data / "serve" / "state.json").read_text())
-        out["rss_mb"] = {name: _tree_rss_mb(svc["pid"]) for name, svc in state["services"].items()}
+        out["memory_mb"] = {name: _tree_memory_mb(svc["pid"]) for name, svc in state["services"].items()}
         _cli(env, "stop")
         t0 = time.monotonic()
         _cli(env, "start", "--detach", *ports)
@@ -137,10 +143,11 @@ def main() -> None:
     print(f"  cold (initdb, role, databases): {served['cold_start_s']:6.1f} s   warm: {served['warm_start_s']:6.1f} s")
     for name, seconds in served["service_s"].items():
         print(f"    {name:<12} {seconds:6.1f} s")
-    print("\nmemory at rest (resident set of each service's process tree)")
-    for name, mb in served["rss_mb"].items():
-        print(f"  {name:<12} {mb:7.0f} MB")
-    print(f"  {'total':<12} {sum(served['rss_mb'].values()):7.0f} MB")
+    print("\nmemory at rest (each service's process tree)      RSS      PSS")
+    for name, (rss, pss) in served["memory_mb"].items():
+        print(f"  {name:<12}                              {rss:5.0f} MB {pss:5.0f} MB")
+    print(f"  {'total':<12}                              {sum(r for r, _ in served['memory_mb'].values()):5.0f} MB "
+          f"{sum(p for _, p in served['memory_mb'].values()):5.0f} MB")
     print("\none refresh of the embedded default (ingest, every benchmark, the joint predictor)")
     print(f"  served (daemon sensors, a process per run, two at once): {served['refresh_s']:6.1f} s  "
           f"runs: {served['runs']}")

@@ -55,6 +55,8 @@ PG_USER = "sparseeval"  #: the role the services connect as (local cluster)
 LOOPBACK = "127.0.0.1"
 #: start order; stop goes the other way (daemon first)
 SERVICES = ("postgres", "mlflow", "code_server", "webserver", "daemon")
+#: after Postgres, the services started together (each stage waits for the one before to answer)
+STAGES = (("mlflow", "code_server"), ("webserver", "daemon"))
 INSTANCE_YAML = Path(__file__).with_name("dagster_postgres.yaml")
 
 
@@ -537,15 +539,20 @@ def start(args: argparse.Namespace) -> int:
         "webserver": lambda: _webserver_ready(ports["webserver"]),
         "daemon": lambda: True,
     }
-    for name in ("mlflow", "code_server", "webserver", "daemon"):
-        if name in running:
-            continue
-        t1 = time.monotonic()
-        pid = _spawn(lay, name, cmds[name], mlflow_env if name == "mlflow" else env)
-        running[name] = {"pid": pid, "port": ports.get(name), "host": mlflow_host if name == "mlflow" else LOOPBACK}
-        write_state(lay, state)
-        _wait(name, checks[name], pid, lay.logs / f"{name}.log", args.timeout)
-        timings[name] = time.monotonic() - t1
+    # MLflow and the code server start side by side (neither needs the other to come up), then the
+    # webserver and the daemon (both load the workspace from the code server)
+    for stage in STAGES:
+        spawned = {}
+        for name in stage:
+            if name not in running:
+                spawned[name] = time.monotonic()
+                pid = _spawn(lay, name, cmds[name], mlflow_env if name == "mlflow" else env)
+                running[name] = {"pid": pid, "port": ports.get(name),
+                                 "host": mlflow_host if name == "mlflow" else LOOPBACK}
+                write_state(lay, state)
+        for name, t1 in spawned.items():
+            _wait(name, checks[name], running[name]["pid"], lay.logs / f"{name}.log", args.timeout)
+            timings[name] = time.monotonic() - t1
     state["started_s"] = {**state.get("started_s", {}), **{k: round(v, 2) for k, v in timings.items()}}
     write_state(lay, state)
     print(f"served in {time.monotonic() - t0:.1f} s (data: {lay.data})")
