@@ -8,7 +8,9 @@ partitions, the joint predictor); the daemon is SIGKILLed while a refresh runs a
 the chain completes. The outcome is read through the services' own interfaces: the webserver's
 GraphQL API, the MLflow server's REST API (with a login) and the ``runs`` table in Postgres. Then
 the bind addresses and the secrets are checked, and finally everything is stopped while a run is
-in flight, and the run records are read back from the cluster.
+in flight, and the run records are read back from the cluster. Last, the services start on an
+external Postgres server (a separate cluster the test runs, password login over TCP), keep their
+state in it, and leave it running when stopped.
 """
 
 from __future__ import annotations
@@ -463,3 +465,67 @@ def test_an_external_servers_password_comes_from_the_environment_or_a_private_fi
     # the services' environment passes the password on, never the file's name
     env = serve.service_env(lay, db, {"mlflow": 5000})
     assert env["DAGSTER_PG_PASSWORD"] == "s3cret-from-a-file" and "DAGSTER_PG_PASSWORD_FILE" not in env
+
+
+def test_an_external_postgres_server_holds_everything_and_is_left_running() -> None:
+    """``DAGSTER_PG_*`` name a server that is not ours (here: a cluster this test runs, as a team's own
+    database server would be, with password login over TCP only): the services keep Dagster's runs,
+    schedules and events and MLflow's store in it, no local cluster is made, the password comes from a
+    0600 file, and ``serve stop`` stops our processes but leaves the server running."""
+    import psycopg2
+
+    _postgres_or_skip()
+    root = Path(tempfile.mkdtemp(prefix="sev-ext-", dir="/tmp"))
+    root.chmod(0o711)
+    cluster, sockets = root / "server", root / "sock"
+    for d in (cluster, sockets):
+        d.mkdir()
+        serve._chown_postgres(d)
+    log = root / "server.log"
+    log.touch()
+    serve._chown_postgres(log)
+    port, password = serve.free_port(), secrets.token_urlsafe(16)
+    pg = [str(serve.PG_BIN / "pg_ctl"), "-D", str(cluster), "-l", str(log)]
+    s = Served(root)
+    try:
+        subprocess.run(serve._as_postgres([str(serve.PG_BIN / "initdb"), "-D", str(cluster), "-U", "postgres",
+                                           "--auth-local=peer", "--auth-host=scram-sha-256"]),
+                       capture_output=True, check=True)
+        subprocess.run(serve._as_postgres([*pg, "-o", f"-p {port} -c listen_addresses=127.0.0.1 "
+                                           f"-c unix_socket_directories={sockets}", "-w", "start"]),
+                       capture_output=True, check=True)
+        subprocess.run(serve._as_postgres([str(serve.PG_BIN / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h",
+                                           str(sockets), "-p", str(port), "-U", "postgres", "-d", "postgres"]),
+                       input=f"CREATE ROLE team LOGIN PASSWORD '{password}';\n"
+                             "CREATE DATABASE team_dagster OWNER team;\nCREATE DATABASE mlflow OWNER team;\n",
+                       text=True, capture_output=True, check=True)
+        secret = root / "pg_password"
+        secret.write_text(password + "\n")
+        secret.chmod(0o600)
+        s.env.update({"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(port), "DAGSTER_PG_USER": "team",
+                      "DAGSTER_PG_DB": "team_dagster", "DAGSTER_PG_PASSWORD_FILE": str(secret)})
+        s.start()
+        assert s.runs() == [] and s.mlflow("experiments/search?max_results=10")["experiments"]
+        assert not (s.data / "postgres").exists()  # no local cluster
+        con = psycopg2.connect(host="127.0.0.1", port=port, user="team", password=password, dbname="team_dagster")
+        with con, con.cursor() as cur:
+            cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
+            assert {"runs", "event_logs", "jobs", "instigators"} <= {r[0] for r in cur.fetchall()}
+        con.close()
+        con = psycopg2.connect(host="127.0.0.1", port=port, user="team", password=password, dbname="mlflow")
+        with con, con.cursor() as cur:
+            cur.execute("SELECT name FROM experiments")
+            assert cur.fetchall()  # MLflow's store is the external server's mlflow database
+        con.close()
+        logs = "".join(p.read_text(errors="replace") for p in (s.data / "serve" / "logs").glob("*.log"))
+        assert password not in logs and password not in json.dumps(s.state)
+        out = s.cli("stop", "--grace", "0", timeout=180)
+        assert "killed" not in out.stdout, out.stdout
+        con = psycopg2.connect(host="127.0.0.1", port=port, user="team", password=password, dbname="team_dagster")
+        con.close()  # not ours: still running
+    finally:
+        if (s.data / "serve" / "state.json").exists():
+            s.cli("stop", "--grace", "0", check=False, timeout=180)
+        _kill_leftovers(s)
+        subprocess.run(serve._as_postgres([*pg, "-m", "immediate", "stop"]), capture_output=True, check=False)
+        shutil.rmtree(root, ignore_errors=True)
