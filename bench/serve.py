@@ -44,19 +44,8 @@ def _tree_memory_mb(root: int) -> tuple[float, float]:
     """Resident set and proportional set of ``root`` and its descendants, in MB (from /proc). RSS
     counts a shared page once per process (Postgres's shared buffers in every backend); PSS splits
     it between them, so the PSS of the services adds up to what they take together."""
-    children: dict[int, list[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(proc.name))
     rss = pss = 0
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, []))
+    for pid in serve.process_tree({root}):
         try:
             rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
         except OSError:

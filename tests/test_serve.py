@@ -324,7 +324,7 @@ def _listening(pids: set[int]) -> dict[int, str]:
 
 def test_binds_loopback_asks_mlflow_for_a_login_and_keeps_the_secrets(served: Served) -> None:
     state = served.state
-    listening = _listening(_descendants({svc["pid"] for svc in state["services"].values()}))
+    listening = _listening(serve.process_tree({svc["pid"] for svc in state["services"].values()}))
     ports = {"webserver": served.ports["dagster"], "mlflow": served.ports["mlflow"],
              "postgres": state["ports"]["postgres"], "code_server": state["ports"]["code_server"]}
     assert set(ports.values()) <= set(listening), (ports, listening)
@@ -365,24 +365,6 @@ def test_binds_loopback_asks_mlflow_for_a_login_and_keeps_the_secrets(served: Se
     # MLflow reads the database password from the passfile: its environment does not hold it
     mlflow_env = Path(f"/proc/{served.pid('mlflow')}/environ").read_bytes()
     assert served.password.encode() not in mlflow_env and b"PGPASSFILE=" in mlflow_env
-
-
-def _descendants(roots: set[int]) -> set[int]:
-    children: dict[int, set[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, set()).add(int(proc.name))
-    out, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in out:
-            out.add(pid)
-            todo.extend(children.get(pid, ()))
-    return out
 
 
 def test_stop_with_a_run_in_flight_keeps_every_record(served: Served) -> None:
