@@ -127,15 +127,17 @@ def hub_sources_sensor(context: dg.SensorEvaluationContext, source: SourceResour
     sources = source.hub()
     if not sources:
         return dg.SkipReason("no hf://datasets/... source configured")
-    fresh, failed = HubFetcher(store.store(), log=context.log.info,
-                               tasks=source.wanted_tasks()).new_revisions(sources)
+    fetcher = HubFetcher(store.store(), log=context.log.info, tasks=source.wanted_tasks())
+    fresh, failed = fetcher.new_revisions(sources)
     for f in failed:
         context.log.warning("%s: %s", f.repo, f.error)
     if not fresh:
         return dg.SkipReason(f"no new revision on the Hub ({len(failed)} repo(s) failed: see the log)" if failed
                              else "every Hub repo is at the revision already ingested")
     names = sorted(f"{f.repo}@{f.sha}" for f in fresh)
-    return dg.RunRequest(run_key="hub-" + hashlib.sha256("\n".join(names).encode()).hexdigest()[:16],
+    # the wanted tasks are in the key: a widened list on an unchanged commit is a new request, not a duplicate
+    key = hashlib.sha256("\n".join([*names, f"tasks={fetcher.wanted_key}"]).encode()).hexdigest()[:16]
+    return dg.RunRequest(run_key=f"hub-{key}",
                          tags={"sparseeval/new_revisions": ", ".join(n[:len(n) - 32] for n in names)[:200]})
 
 

@@ -160,6 +160,13 @@ def test_sensor_requests_one_ingest_of_new_revisions_and_the_run_shows_what_was_
         ("team/evals", 5)]
     assert meta["hub_bytes"].value == sum(len(b) for b in pushed.values()) and meta["hub_seconds"].value > 0
     assert all("org__n2/" in c for c in server.calls if c.startswith("GET /datasets/"))
+    # another task list on the same commits: the repos are listed again, under a run key of its own (the
+    # earlier key would be a duplicate Dagster drops without a run)
+    narrowed = {**resources, "source": SourceResource(path=resources["source"].path, hub_tasks="arc")}
+    relist = hub_sources_sensor(dg.build_sensor_context(resources=narrowed, instance=instance))
+    assert isinstance(relist, dg.RunRequest) and relist.run_key != new.run_key
+    assert all(f"{repo}@" in relist.tags["sparseeval/new_revisions"]
+               for repo in ("team/evals", "team/model-7b-details", "team/model-v2-details"))
 
 
 def test_cli_ingests_repos_and_folders_reports_unchanged_and_one_line_per_failed_repo(
