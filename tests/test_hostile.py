@@ -324,12 +324,18 @@ def test_ctrl_c_stops_the_ingest_and_records_it_as_interrupted(tmp_path: Path) -
     db = tmp_path / "s.duckdb"
     proc = subprocess.Popen([sys.executable, "-m", "sparseeval.cli", "ingest", str(folder), "--db", str(db)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (db.with_name("s.snapshot.duckdb")).exists():
-        time.sleep(0.05)
-    time.sleep(0.5)
+    # Ctrl-C once the first unit is stored (its progress line): 39 units are left, whatever the load
+    assert proc.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        seen.append(line)
+        if not line or "ingest 1:" in line:
+            break
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
+    err = "".join(seen) + err
     assert proc.returncode == 130, (out, err)
     assert "interrupted" in err
     with duckdb.connect(str(db), read_only=True) as con:
