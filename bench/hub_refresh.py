@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparseeval.hub_sources import HubFetcher, RepoFetch, parse_sources
+from sparseeval.hub_sources import HubFetcher, RepoFetch, parse_sources, parse_tasks
 from sparseeval.store import Store
 from tests.fixtures.formats import write_v1_details, write_v2_details
 from tests.hub_server import HubServer, Repo, files_from
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         new = write_v2_details(work / "new", model="org/new-model")
         server.repos["team/evals"].push(files_from(new, "org__new-model/"))
         rows.append(_measure(server, fetcher, args.sources, "one new model"))
-        tasks = [t for t in args.hub_tasks.split(",") if t]
+        tasks = parse_tasks(args.hub_tasks)
         if tasks:  # the same repos, a fresh store and cache, only the wanted tasks' files (SPARSEEVAL_HUB_TASKS)
             other = Store(work / "tasks.duckdb")
             other.apply_schema()

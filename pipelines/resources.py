@@ -15,7 +15,7 @@ import dagster as dg
 
 from sparseeval import settings as defaults
 from sparseeval.evaluation import ProtocolConfig
-from sparseeval.hub_sources import HubSource, parse_sources
+from sparseeval.hub_sources import HubSource, parse_sources, parse_tasks
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
 from sparseeval.tracking import TrackingConfig
@@ -70,7 +70,7 @@ class SourceResource(dg.ConfigurableResource):
         return [s for s in parse_sources(self.path) if isinstance(s, HubSource)]
 
     def wanted_tasks(self) -> list[str]:
-        return [t.strip() for t in self.hub_tasks.split(",") if t.strip()]
+        return parse_tasks(self.hub_tasks)
 
     def folders(self) -> list[Path]:
         """Every local folder among the comma-separated ``path`` (none when only Hub sources are named)."""

@@ -70,6 +70,11 @@ def parse_sources(value: str) -> list[Path | HubSource]:
     return [parse_source(v) for v in value.split(",") if v.strip()]
 
 
+def parse_tasks(value: str) -> list[str]:
+    """The wanted tasks, comma-separated (``SPARSEEVAL_HUB_TASKS``, ``ingest --hub-tasks``); empty: every file."""
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
 @dataclass
 class RepoFetch:
     """What one refresh did with one repo (the asset's metadata and the CLI's report)."""
@@ -179,17 +184,14 @@ class HubFetcher:
         self.tasks = task_patterns(sorted(set(tasks)))
         #: what the store records with a commit: the wanted tasks ('' = every result file)
         self.wanted_key = ",".join(self.tasks)
-
-    def allow_patterns(self) -> list[str]:
-        """The globs (over a file's path in the repo) of the files a refresh downloads."""
-        if not self.tasks:
-            return list(WANTED)
-        return [*RESULTS_PATTERNS, *(p for pats in self.tasks.values() for p in pats)]
+        #: the globs (over a file's path in the repo) of the files a refresh downloads
+        self.allow_patterns = list(WANTED) if not self.tasks else [
+            *RESULTS_PATTERNS, *(p for pats in self.tasks.values() for p in pats)]
 
     def _is_wanted(self, path: str) -> bool:
         if not any(fnmatch.fnmatchcase(Path(path).name, p) for p in WANTED):
             return False
-        return not self.tasks or any(fnmatch.fnmatchcase(path, p) for p in self.allow_patterns())
+        return not self.tasks or any(fnmatch.fnmatchcase(path, p) for p in self.allow_patterns)
 
     def _absent_tasks(self, paths: list[str]) -> list[str]:
         """Wanted tasks with no file among ``paths`` (a repo's whole tree at the commit)."""
@@ -239,7 +241,7 @@ class HubFetcher:
         from huggingface_hub import snapshot_download
 
         return snapshot_download(repo, repo_type="dataset", revision=revision, cache_dir=self.cache_dir,
-                                 local_files_only=True, allow_patterns=self.allow_patterns())
+                                 local_files_only=True, allow_patterns=self.allow_patterns)
 
     def refresh(self, sources: list[HubSource], *, report_unchanged: bool = False) -> list[RepoFetch]:
         """Fetch and ingest what is new in every repo; one :class:`RepoFetch` per repo (faults included;

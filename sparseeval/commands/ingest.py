@@ -21,7 +21,8 @@ from pathlib import Path
 
 from sparseeval import settings
 from sparseeval.commands.arguments import writable_db
-from sparseeval.hub_sources import HubFetcher, HubSource, RepoFetch, parse_source
+from sparseeval.errors import UsageError
+from sparseeval.hub_sources import HubFetcher, HubSource, RepoFetch, parse_source, parse_tasks
 from sparseeval.progress import progress_bar
 from sparseeval.store import IngestReport, PublishInterrupted, Store, StoreError, default_db_path
 
@@ -94,9 +95,8 @@ def _stderr(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         sources = [parse_source(p) for p in args.paths]
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:  # a malformed hf:// form: one line from cli.main, exit 2
+        raise UsageError(str(exc)) from None
     local = [s for s in sources if isinstance(s, Path)]
     hub = [s for s in sources if isinstance(s, HubSource)]
     fetches: list[RepoFetch] = []
@@ -108,8 +108,7 @@ def run(args: argparse.Namespace) -> int:
                 report = store.ingest(local, progress=lambda entry: tick(f"{entry.status} {Path(entry.file).name}"))
         if hub:  # download progress and refused parts of a repo's files go to stderr as they happen
             tasks = args.hub_tasks if args.hub_tasks is not None else settings.SETTINGS["hub_tasks"].get()
-            fetches = HubFetcher(store, log=_stderr, tasks=[t.strip() for t in tasks.split(",") if t.strip()]
-                                 ).refresh(hub, report_unchanged=True)
+            fetches = HubFetcher(store, log=_stderr, tasks=parse_tasks(tasks)).refresh(hub, report_unchanged=True)
     except PublishInterrupted:
         print("interrupted after the unit in progress was stored: its snapshot will be refreshed by the next "
               "write or `sparseeval doctor --repair`; no further unit was read", file=sys.stderr)

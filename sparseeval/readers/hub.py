@@ -2,9 +2,9 @@
 
 A v1 details repo holds every task of every run; these allow-patterns name the aggregate results
 plus the few parquet (v1) or samples (v2) files of the wanted benchmarks (``SPARSEEVAL_HUB_TASKS``,
-:func:`task_patterns`). Downloading is not done
-here: :mod:`sparseeval.hub_sources` is the one place that fetches Hub repos (incrementally, pinned to
-a commit), and a downloaded or local folder is read by :mod:`sparseeval.readers.detect`.
+:func:`task_patterns`, what :mod:`sparseeval.hub_sources` uses). Downloading is not done here:
+:mod:`sparseeval.hub_sources` is the one place that fetches Hub repos (incrementally, pinned to a
+commit), and a downloaded or local folder is read by :mod:`sparseeval.readers.detect`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ V1_TASK_KEYS: dict[str, str] = {
 }
 
 
+#: the aggregate results files of every layout (fetched whatever tasks are wanted: they are small)
+RESULTS_PATTERNS = ("results_*.json", "*/results_*.json")
+
+
 def details_patterns(benchmarks: Iterable[str] | None, *, layout: str = "v1") -> list[str] | None:
     """Allow-patterns for ``snapshot_download``: the aggregate results plus the wanted tasks' files.
 
@@ -33,7 +37,7 @@ def details_patterns(benchmarks: Iterable[str] | None, *, layout: str = "v1") ->
     """
     if benchmarks is None:
         return None
-    patterns = ["results_*.json", "*/results_*.json"]
+    patterns = list(RESULTS_PATTERNS)
     for bench in benchmarks:
         if layout == "v1":
             key = V1_TASK_KEYS.get(bench, bench)
@@ -71,7 +75,3 @@ def task_patterns(tasks: Iterable[str]) -> dict[str, list[str]]:
             f"*samples_{t}_*.jsonl" for t in _v2_tasks(task)]
         out[task] = [*known, f"*details_{glob}_*.parquet", f"*samples_{glob}_*.jsonl"]
     return out
-
-
-#: the aggregate results files of every layout (fetched whatever tasks are wanted: they are small)
-RESULTS_PATTERNS = ("results_*.json", "*/results_*.json")

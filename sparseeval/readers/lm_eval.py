@@ -236,7 +236,8 @@ def scores_with_items(scores: pl.DataFrame, responses: pl.DataFrame, sources: Se
     """
     if responses.height == 0 or scores.height == 0:
         return scores, []
-    orphans = scores.join(responses.select("model", "benchmark").unique(), on=["model", "benchmark"], how="anti")
+    held = responses.select("model", "benchmark").unique()
+    orphans = scores.join(held, on=["model", "benchmark"], how="anti")
     if orphans.height == 0:
         return scores, []
     where = os.path.commonpath([str(p) for p in sources]) if sources else "?"
@@ -244,7 +245,7 @@ def scores_with_items(scores: pl.DataFrame, responses: pl.DataFrame, sources: Se
                       f"reported score of {model} not stored: the folder holds no per-item file of {bench} "
                       "(not logged, or not downloaded), so the score has no items to learn from")
              for model, bench in orphans.select("model", "benchmark").sort("benchmark", "model").iter_rows()]
-    return scores.join(orphans.select("model", "benchmark"), on=["model", "benchmark"], how="anti"), notes
+    return scores.join(held, on=["model", "benchmark"], how="semi"), notes
 
 
 def refuse_empty(path: Path, parsed: ParsedResults, errors: Sequence[InputError] = ()) -> ParsedResults:
