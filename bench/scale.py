@@ -56,26 +56,60 @@ CHUNK_CELLS = 8_000_000  #: cells generated and written per parquet row group
 
 # -- synthetic data ---------------------------------------------------------------------------------
 
-def generate(folder: Path, n_models: int, n_items: int, seed: int = 0) -> dict[str, Any]:
-    """Write the synthetic unit (see the module docstring) and return its description."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rng = np.random.default_rng(seed)
+def _items(rng: np.random.Generator, n_models: int, n_items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first ``n_models`` abilities, then every item's loadings and difficulty (in this order from
+    ``rng``: the day-1 leaderboard of a seed is unchanged by later days)."""
     cov = np.full((3, 3), 0.5) + 0.5 * np.eye(3)
     theta = rng.multivariate_normal(np.zeros(3), cov, size=n_models).astype(np.float32)  # (N, 3)
     loadings = np.full((n_items, 3), 0.3, dtype=np.float32)
     loadings[np.arange(n_items), np.arange(n_items) % 3] = rng.uniform(0.8, 2.0, n_items)
     difficulty = rng.normal(0.0, 1.2, n_items).astype(np.float32)
-    models = np.array([f"org{m % 97}/model-{m:05d}" for m in range(n_models)], dtype=object)
-    items = pa.array([f"q{i:05d}" for i in range(n_items)])
+    return theta, loadings, difficulty
+
+
+def generate(folder: Path, n_models: int, n_items: int, seed: int = 0, *, new_models: int = 0) -> dict[str, Any]:
+    """Write the synthetic unit (see the module docstring) and return its description.
+
+    ``new_models`` > 0: instead, a later day's arrivals on the same leaderboard: ``new_models`` more
+    models (named after the first ``n_models``, abilities from their own seeded stream) answering the
+    same ``n_items`` items (same loadings and difficulties as the day-1 unit of ``seed``)."""
+    rng = np.random.default_rng(seed)
+    theta, loadings, difficulty = _items(rng, n_models, n_items)
+    first = 0
+    if new_models:
+        rng = np.random.default_rng([seed, n_models, new_models])
+        cov = np.full((3, 3), 0.5) + 0.5 * np.eye(3)
+        theta = rng.multivariate_normal(np.zeros(3), cov, size=new_models).astype(np.float32)
+        first = n_models
+    count = len(theta)
+    models = np.array([f"org{m % 97}/model-{m:05d}" for m in range(first, first + count)], dtype=object)
+    items = [f"q{i:05d}" for i in range(n_items)]
     unit = folder / "unit"
     unit.mkdir(parents=True, exist_ok=True)
+    totals = _write_responses(unit / "responses.parquet", rng, theta, loadings, difficulty, models, items)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"model": models.tolist(), "benchmark": [BENCHMARK] * count,
+                             "score": (totals / n_items).tolist()}), unit / "scores.parquet")
+    meta = {"models": n_models, "items": n_items, "seed": seed, **({"new_models": new_models} if new_models else {})}
+    (folder / "generated.json").write_text(json.dumps(meta))
+    return {"rows": count * n_items}
+
+
+def _write_responses(path: Path, rng: np.random.Generator, theta: np.ndarray, loadings: np.ndarray,
+                     difficulty: np.ndarray, models: np.ndarray, item_ids: list[str]) -> np.ndarray:
+    """One Bernoulli draw per cell, written in row groups of a few hundred models; each model's total."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n_models, n_items = len(theta), len(item_ids)
+    items = pa.array(item_ids)
     schema = pa.schema([("model", pa.string()), ("benchmark", pa.string()), ("item_id", pa.string()),
                         ("score", pa.float32())])
     rows_per_chunk = max(1, CHUNK_CELLS // n_items)
     totals = np.zeros(n_models, dtype=np.float64)
-    with pq.ParquetWriter(unit / "responses.parquet", schema, compression="zstd") as writer:
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
         for start in range(0, n_models, rows_per_chunk):
             stop = min(n_models, start + rows_per_chunk)
             logits = theta[start:stop] @ loadings.T - difficulty[None, :]
@@ -92,15 +126,13 @@ def generate(folder: Path, n_models: int, n_items: int, seed: int = 0) -> dict[s
                 "score": pa.array(correct.reshape(-1).astype(np.float32)),
             })
             writer.write_table(table.cast(schema))
-    pq.write_table(pa.table({"model": models.tolist(), "benchmark": [BENCHMARK] * n_models,
-                             "score": (totals / n_items).tolist()}), unit / "scores.parquet")
-    (folder / "generated.json").write_text(json.dumps({"models": n_models, "items": n_items, "seed": seed}))
-    return {"rows": n_models * n_items}
+    return totals
 
 
-def _generated(folder: Path, n_models: int, n_items: int, seed: int) -> bool:
+def _generated(folder: Path, n_models: int, n_items: int, seed: int, new_models: int = 0) -> bool:
     meta = folder / "generated.json"
-    return meta.exists() and json.loads(meta.read_text()) == {"models": n_models, "items": n_items, "seed": seed}
+    want = {"models": n_models, "items": n_items, "seed": seed, **({"new_models": new_models} if new_models else {})}
+    return meta.exists() and json.loads(meta.read_text()) == want
 
 
 # -- phases (run in a child process) ---------------------------------------------------------------

@@ -1,24 +1,28 @@
 """Jobs, the daily schedule and the sensors: refresh only what changed, whoever changed it.
 
 * ``ingest`` job (``raw_results``): ingests the source folder once.
-* ``refresh`` job (partitioned by benchmark): matrix -> candidate -> checks -> champion, evaluation,
-  predictions.
+* ``refresh`` job (partitioned by benchmark): matrix (new models appended) -> candidate -> checks ->
+  champion, predictions; ``compare`` job (partitioned): evaluation, after the refresh.
 * ``new_results_sensor``: a source unit whose bytes are not in the store yet -> one ``ingest`` run.
   Its cursor starts from what the store has already ingested (sha256 in ``ingests``), so opening
   the UI after ``make run`` launches nothing.
 * ``hub_sources_sensor``: a ``hf://datasets/...`` repo whose commit the store has not ingested -> one
   ``ingest`` run; an unchanged repo costs one metadata call per tick (:mod:`sparseeval.hub_sources`).
 * ``stale_benchmarks_sensor``: asks the **store** which benchmarks are stale: a data version or a
-  setting whose fit key has no decision yet, or a comparison key with no rows
-  (:func:`sparseeval.refresh.stale_benchmarks`). So results ingested by ``sparseeval ingest`` into the
-  same store refresh too, a changed setting refreshes what it changes, and after ``make run``
-  (everything decided) it requests nothing. It adds partitions for new benchmarks. Its run key names
-  the stale state, so one state is requested once (a run that failed is retried by Dagster's run
-  retries, not by asking again every tick).
+  setting whose fit key has no decision yet (:func:`sparseeval.refresh.stale_benchmarks`). So results
+  ingested by ``sparseeval ingest`` into the same store refresh too, a changed setting refreshes what
+  it changes, and after ``make run`` (everything decided) it requests nothing. It adds partitions for
+  new benchmarks. Its run key names the stale state, so one state is requested once (a run that
+  failed is retried by Dagster's run retries, not by asking again every tick).
 * ``joint_sensor``: once no refresh is queued or running and every joint benchmark is up to date
   (or its last refresh failed: the joint fit then uses its previous matrix and says so), requests the
   ``joint`` job when the joint predictor's fit key has no decision yet.
+* ``comparison_sensor``: the method comparison is its own ``compare`` job, so it never delays a
+  publication: once a benchmark's refresh is decided, one run when its comparison is due now (never
+  compared under these settings, or new models at least ``$SPARSEEVAL_COMPARE_NEW_SHARE`` of it:
+  :func:`sparseeval.comparison.comparison_due`); a smaller share is left to ``weekly_comparison``.
 * ``daily_refresh``: launches the ``ingest`` job; the sensors refresh what it changed.
+* ``weekly_comparison``: Sundays at 04:00, compares every benchmark whose current data is not compared.
 """
 
 
@@ -34,6 +38,7 @@ from pipelines.partitions import BENCHMARK_PARTITIONS, benchmark_partitions, par
 from pipelines.resources import SettingsResource, SourceResource, StoreResource
 from sparseeval import settings as defaults
 from sparseeval.benchmarks import BenchmarkNameError, joint_benchmarks
+from sparseeval.comparison import comparisons_due
 from sparseeval.hub_sources import HubFetcher
 from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.readers.detect import discover
@@ -49,11 +54,21 @@ ingest_job = dg.define_asset_job(
 
 refresh_job = dg.define_asset_job(
     "refresh",
-    selection=dg.AssetSelection.assets(response_matrix, candidate, champion, evaluation, predictions),
+    selection=dg.AssetSelection.assets(response_matrix, candidate, champion, predictions),
     partitions_def=benchmark_partitions,
-    description="Rebuild one benchmark's matrix, refit (champion kept, challenger re-selected), publish what "
-                "passes the checks, compare methods, score anchor-only models. Fit key already decided: skips.",
+    description="Bring one benchmark's matrix up to date (new models appended), refit (champion kept, "
+                "challenger re-selected), publish what passes the checks, score anchor-only models. Fit key "
+                "already decided: skips. The method comparison is its own job (compare): it never delays a "
+                "publication.",
 )
+
+compare_job = dg.define_asset_job(
+    "compare", selection=dg.AssetSelection.assets(evaluation), partitions_def=benchmark_partitions,
+    description="Compare the methods on one benchmark's current matrix (after its refresh published). "
+                "Requested by comparison_sensor when many models are new, else by the weekly schedule.")
+
+#: the comparison's own schedule: Sundays at 04:00, after the daily refresh (``weekly_comparison``)
+COMPARE_CRON = "0 4 * * 0"
 
 
 @dg.schedule(job=ingest_job, cron_schedule="0 3 * * *", default_status=dg.DefaultScheduleStatus.RUNNING)
@@ -61,6 +76,20 @@ def daily_refresh(context: dg.ScheduleEvaluationContext):
     """Every day at 03:00: ingest; the sensors refresh the benchmarks that changed."""
     stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
     return dg.RunRequest(run_key=f"daily-{stamp}")
+
+@dg.schedule(job=compare_job, cron_schedule=COMPARE_CRON, default_status=dg.DefaultScheduleStatus.RUNNING)
+def weekly_comparison(context: dg.ScheduleEvaluationContext, store: StoreResource, settings: SettingsResource):
+    """Every week: compare every benchmark whose current data has not been compared yet (the comparisons
+    the refreshes deferred because few models were new)."""
+    db = store.store()
+    with db.pinned():
+        due = comparisons_due(db, settings.comparison(), scheduled=True)
+    if not due:
+        return dg.SkipReason("every benchmark's current data is compared already")
+    stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
+    return [dg.RunRequest(run_key=f"compare-{stamp}-{partition_key(b)}-{d.key[:16]}", partition_key=partition_key(b),
+                          tags={"sparseeval/why": d.reason[:200]}) for b, d in sorted(due.items())]
+
 
 joint_job = dg.define_asset_job(
     "joint", selection=dg.AssetSelection.assets(joint_anchors, joint_champion),
@@ -147,12 +176,12 @@ def stale_benchmarks_sensor(context: dg.SensorEvaluationContext, store: StoreRes
     run each; new benchmarks get their partition first."""
     db = store.store()
     with db.pinned():  # staleness and the benchmark list from one state of the store
-        stale = stale_benchmarks(db, settings.fit_settings(), settings.comparison_settings())
+        stale = stale_benchmarks(db, settings.fit_settings())
         benchmarks = db.benchmarks()
     known = set(context.instance.get_dynamic_partitions(BENCHMARK_PARTITIONS))
     new = sorted({partition_key(b) for b in benchmarks} - known)
     if not stale and not new:
-        return dg.SkipReason("every benchmark is up to date: its fit key and comparison key are decided")
+        return dg.SkipReason("every benchmark is up to date: its fit key is decided")
     requests = [dg.RunRequest(run_key=f"refresh-{partition_key(b)}-{key}", partition_key=partition_key(b),
                               tags={"sparseeval/why": why[:200]})
                 for b, (key, why) in sorted(stale.items())]
@@ -164,6 +193,27 @@ def stale_benchmarks_sensor(context: dg.SensorEvaluationContext, store: StoreRes
 #: a run that has not finished yet (the joint predictor waits for the last refresh)
 IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                dg.DagsterRunStatus.STARTED]
+
+
+@dg.sensor(job=compare_job, minimum_interval_seconds=SENSOR_INTERVAL, default_status=dg.DefaultSensorStatus.RUNNING)
+def comparison_sensor(context: dg.SensorEvaluationContext, store: StoreResource, settings: SettingsResource):
+    """After a benchmark's refresh (its fit key decided, so its publication came first): one ``compare``
+    run when its comparison is due now (never compared under these settings, or many new models);
+    a comparison deferred for a small share of new models is left to ``weekly_comparison``."""
+    db = store.store()
+    with db.pinned():  # staleness and what is due from one state of the store
+        stale = stale_benchmarks(db, settings.fit_settings())
+        due = comparisons_due(db, settings.comparison(), skip=list(stale))
+    busy = {r.dagster_run.tags.get("dagster/partition") for r in context.instance.get_run_records(
+        dg.RunsFilter(job_name=refresh_job.name, statuses=IN_PROGRESS))}
+    requests = [dg.RunRequest(run_key=f"compare-{partition_key(b)}-{d.key[:16]}", partition_key=partition_key(b),
+                              tags={"sparseeval/why": d.reason[:200]})
+                for b, d in sorted(due.items()) if partition_key(b) not in busy]
+    if not requests:
+        return dg.SkipReason("no comparison due now (refreshes pending, compared already, or deferred to the "
+                             "weekly schedule)")
+    return requests
+
 
 
 def _last_refresh_failed(instance: dg.DagsterInstance, bench: str) -> bool:
@@ -182,7 +232,7 @@ def joint_sensor(context: dg.SensorEvaluationContext, store: StoreResource, sett
     db = store.store()
     with db.pinned():  # data versions, staleness and the decided keys from one state of the store
         versions = db.data_versions()
-        stale = stale_benchmarks(db, settings.fit_settings(), settings.comparison_settings())
+        stale = stale_benchmarks(db, settings.fit_settings())
         decided = db.latest_fit_keys().get(JOINT_METHOD)
     try:
         chosen = joint_benchmarks(settings.joint_benchmarks, sorted(versions))

@@ -8,6 +8,8 @@ import dagster as dg
 
 from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
 from pipelines.automation import (
+    compare_job,
+    comparison_sensor,
     daily_refresh,
     hub_sources_sensor,
     ingest_job,
@@ -16,6 +18,7 @@ from pipelines.automation import (
     new_results_sensor,
     refresh_job,
     stale_benchmarks_sensor,
+    weekly_comparison,
 )
 from pipelines.checks import publishing_checks
 from pipelines.joint import joint_anchors, joint_champion
@@ -29,9 +32,9 @@ def build_definitions(resources: dict[str, Any] | None = None) -> dg.Definitions
         assets=[raw_results, response_matrix, candidate, champion, evaluation, predictions, joint_anchors,
                 joint_champion],
         asset_checks=publishing_checks,
-        jobs=[ingest_job, refresh_job, joint_job],
-        schedules=[daily_refresh],
-        sensors=[new_results_sensor, hub_sources_sensor, stale_benchmarks_sensor, joint_sensor],
+        jobs=[ingest_job, refresh_job, compare_job, joint_job],
+        schedules=[daily_refresh, weekly_comparison],
+        sensors=[new_results_sensor, hub_sources_sensor, stale_benchmarks_sensor, comparison_sensor, joint_sensor],
         resources=resources if resources is not None else default_resources(),
         # one process per run: torch is imported once; runs themselves are queued (see dagster.yaml)
         executor=dg.in_process_executor,

@@ -1,10 +1,13 @@
-"""The one IO manager: the response matrix between steps, in a format of ours (not a pickle).
+"""The one IO manager: the response matrix between steps, as a reference to its stored version.
 
-Each benchmark's matrix is written once per run as ``<base>/response_matrix/<benchmark>.npz``
-(compressed arrays: values, observed mask, targets) plus the names as JSON inside the same file,
-and read back by the steps that need it. Everything else the steps share has its own home (the
-DuckDB store, the predictor folders), so the other assets return ``MaterializeResult`` and Dagster
-stores nothing for them.
+A benchmark's matrix lives in the library's matrix store (:mod:`sparseeval.matrix_store`: plain
+``.npy`` arrays and a JSON of names in one folder per data version, beside the DuckDB file), where the
+``response_matrix`` step keeps it up to date by appending new models. What passes between steps is
+``<base>/response_matrix/<benchmark>.json``, naming that version's folder; the reading step maps the
+arrays from disk (no copy, no decompression, no pickle). A matrix that is not a stored version yet
+(built in memory elsewhere) is stored under ``<base>/matrices`` first. Everything else the steps share
+has its own home (the DuckDB store, the predictor folders), so the other assets return
+``MaterializeResult`` and Dagster stores nothing for them.
 """
 
 from __future__ import annotations
@@ -15,21 +18,13 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 
-from sparseeval.atomic import atomic_write
+from sparseeval.atomic import atomic_write_text
 from sparseeval.matrix import ResponseMatrix
-
-
-def save_matrix(matrix: ResponseMatrix, path: Path) -> None:
-    """Atomically write ``matrix`` as one ``.npz`` (no pickled objects: ``allow_pickle=False`` reads it)."""
-    names = json.dumps({"benchmark": matrix.benchmark, "models": matrix.models, "items": matrix.items,
-                        "score_source": matrix.score_source, "dropped_models": matrix.dropped_models,
-                        "data_version": matrix.data_version})
-    atomic_write(path, lambda tmp: np.savez_compressed(
-        tmp, values=matrix.values, observed=matrix.observed, scores=matrix.scores,
-        names=np.frombuffer(names.encode("utf-8"), dtype=np.uint8)), suffix=".npz")
+from sparseeval.matrix_store import MatrixStore
 
 
 def load_matrix(path: Path) -> ResponseMatrix:
+    """A matrix written as one ``.npz`` by an earlier release of this IO manager (read without pickle)."""
     with np.load(path, allow_pickle=False) as data:
         names = json.loads(data["names"].tobytes().decode("utf-8"))
         return ResponseMatrix(benchmark=names["benchmark"], models=names["models"], items=names["items"],
@@ -39,19 +34,27 @@ def load_matrix(path: Path) -> ResponseMatrix:
 
 
 class MatrixIOManager(dg.ConfigurableIOManager):
-    """Response matrices as ``.npz`` files under ``base_dir`` (one per benchmark partition)."""
+    """Response matrices as references to stored versions (one JSON per benchmark partition)."""
 
     base_dir: str
 
     def _path(self, context: dg.OutputContext | dg.InputContext, partition: str | None = None) -> Path:
-        """``<base>/<asset>/<partition key>.npz``; a key is a benchmark's slug, one safe file name."""
+        """``<base>/<asset>/<partition key>.json``; a key is a benchmark's slug, one safe file name."""
         key = context.asset_key.path[-1]
-        return Path(self.base_dir) / key / f"{partition or context.asset_partition_key}.npz"
+        return Path(self.base_dir) / key / f"{partition or context.asset_partition_key}.json"
 
     def handle_output(self, context: dg.OutputContext, obj: ResponseMatrix) -> None:
+        matrix = obj if MatrixStore.holds(obj) else MatrixStore(Path(self.base_dir) / "matrices").save(obj)
         path = self._path(context)
-        save_matrix(obj, path)
-        context.add_output_metadata({"path": dg.MetadataValue.path(str(path))})
+        atomic_write_text(path, json.dumps({"folder": matrix.stored_at, "benchmark": matrix.benchmark,
+                                            "data_version": matrix.data_version}))
+        context.add_output_metadata({"path": dg.MetadataValue.path(matrix.stored_at)})
+
+    def _load(self, path: Path) -> ResponseMatrix:
+        legacy = path.with_suffix(".npz")
+        if not path.is_file() and legacy.is_file():
+            return load_matrix(legacy)
+        return MatrixStore.load(json.loads(path.read_text(encoding="utf-8"))["folder"])
 
     def load_input(self, context: dg.InputContext) -> ResponseMatrix | dict[str, ResponseMatrix]:
         """One partition's matrix; for a step that reads every partition (the joint predictor), a dict
@@ -59,9 +62,10 @@ class MatrixIOManager(dg.ConfigurableIOManager):
         if not context.has_partition_key:  # an unpartitioned step reading all partitions
             keys = context.asset_partition_keys if context.has_asset_partitions else []
             paths = {key: self._path(context, key) for key in keys}
-            missing = sorted(key for key, path in paths.items() if not path.is_file())
+            present = {key: p for key, p in paths.items() if p.is_file() or p.with_suffix(".npz").is_file()}
+            missing = sorted(set(paths) - set(present))
             if missing:
                 context.log.warning("no matrix yet for %s (not refreshed): left out", ", ".join(missing))
-            matrices = [load_matrix(path) for path in paths.values() if path.is_file()]
+            matrices = [self._load(path) for path in present.values()]
             return {m.benchmark: m for m in matrices}  # keyed by name: a key is the name's slug
-        return load_matrix(self._path(context))
+        return self._load(self._path(context))

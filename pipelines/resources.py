@@ -14,8 +14,10 @@ from typing import Any
 import dagster as dg
 
 from sparseeval import settings as defaults
-from sparseeval.evaluation import ProtocolConfig
+from sparseeval.comparison import ComparisonSettings
 from sparseeval.hub_sources import HubSource, parse_sources, parse_tasks
+from sparseeval.matrix_store import MatrixStore
+from sparseeval.refresh_policy import FitSettings
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
 from sparseeval.tracking import TrackingConfig
@@ -37,6 +39,10 @@ class StoreResource(dg.ConfigurableResource):
 
     def store(self) -> Store:
         return Store(self.path)
+
+    def matrices(self) -> MatrixStore:
+        """The stored matrices beside the DuckDB file (kept up to date by appending new models)."""
+        return MatrixStore.beside(self.store())
 
 
 class TrackingResource(dg.ConfigurableResource):
@@ -103,37 +109,40 @@ class SettingsResource(dg.ConfigurableResource):
     compare_methods: str = defaults.SETTINGS["compare_methods"].default
     compare_ks: str = defaults.SETTINGS["compare_ks"].default
     compare_seeds: int = int(defaults.SETTINGS["compare_seeds"].default)
+    compare_new_share: float = float(defaults.SETTINGS["compare_new_share"].default)
     challenger_margin: float = float(defaults.SETTINGS["challenger_margin"].default)
     challenger_min_days: float = float(defaults.SETTINGS["challenger_min_days"].default)
     coverage_tolerance: float = float(defaults.SETTINGS["coverage_tolerance"].default)
     predictor_dir: str = "data/predictors"
     joint_benchmarks: str = ""  #: benchmarks of the joint predictor ("" every plain one, "none" off)
 
-    def protocol(self) -> ProtocolConfig:
-        return ProtocolConfig(split_policy=self.split_policy, val_frac=self.val_frac,  # type: ignore[arg-type]
-                              test_frac=self.test_frac)
+    def fit(self) -> FitSettings:
+        """The refresh's settings as the library takes them."""
+        return FitSettings(k=self.k, method=self.method, seed=self.seed, val_frac=self.val_frac,
+                           test_frac=self.test_frac, split_policy=self.split_policy, alpha=self.alpha,
+                           coverage_tolerance=self.coverage_tolerance, challenger_margin=self.challenger_margin,
+                           challenger_min_days=self.challenger_min_days, device=self.device,
+                           joint_benchmarks=self.joint_benchmarks)
+
+    def comparison(self) -> ComparisonSettings:
+        """The comparison's settings as the library takes them."""
+        return ComparisonSettings(methods=tuple(m.strip() for m in self.compare_methods.split(",") if m.strip()),
+                                  ks=tuple(int(k) for k in self.compare_ks.split(",") if k.strip()),
+                                  seeds=self.compare_seeds, seed=self.seed, split_policy=self.split_policy,
+                                  val_frac=self.val_frac, test_frac=self.test_frac, device=self.device,
+                                  new_share=self.compare_new_share)
 
     def fit_settings(self) -> dict[str, Any]:
         """Every setting that changes a fit, its calibration or its publishing checks (the fit key)."""
-        return {"k": self.k, "method": self.method, "seed": self.seed, "val_frac": self.val_frac,
-                "test_frac": self.test_frac, "split_policy": self.split_policy, "alpha": self.alpha,
-                "coverage_tolerance": self.coverage_tolerance, "challenger_margin": self.challenger_margin,
-                "challenger_min_days": self.challenger_min_days}
+        return self.fit().key_settings()
 
     def comparison_settings(self) -> dict[str, Any]:
         """Every setting that changes the comparison (its key)."""
-        return {"methods": self.methods(), "ks": self.ks(), "seeds": self.compare_seeds, "seed": self.seed,
-                "split_policy": self.split_policy, "val_frac": self.val_frac, "test_frac": self.test_frac}
+        return self.comparison().key_settings()
 
     def joint_settings(self) -> dict[str, Any]:
         """The joint predictor's fit key settings: a benchmark's, its benchmark list and reference method."""
-        return {**self.fit_settings(), "joint_benchmarks": self.joint_benchmarks}
-
-    def methods(self) -> list[str]:
-        return [m.strip() for m in self.compare_methods.split(",") if m.strip()]
-
-    def ks(self) -> list[int]:
-        return [int(k) for k in self.compare_ks.split(",") if k.strip()]
+        return self.fit().joint_key_settings()
 
 
 def default_resources() -> dict[str, Any]:
@@ -160,6 +169,7 @@ def default_resources() -> dict[str, Any]:
             challenger_margin=float(defaults.SETTINGS["challenger_margin"].get()),
             challenger_min_days=float(defaults.SETTINGS["challenger_min_days"].get()),
             coverage_tolerance=float(defaults.SETTINGS["coverage_tolerance"].get()),
+            compare_new_share=float(defaults.SETTINGS["compare_new_share"].get()),
         ),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }

@@ -1,10 +1,12 @@
-"""Ingest once, add the benchmarks as partitions, refresh each in-process, then the joint predictor;
-print a short summary.
+"""Ingest once, add the benchmarks as partitions, refresh each in-process (publishing what passes),
+then the joint predictor, then the method comparisons that are due; print a short summary.
 
 This is ``make run``: the same jobs the schedule and sensors launch, executed against the
 persistent Dagster instance (``DAGSTER_HOME``), so every run, materialization and asset check is
 visible in the Dagster UI afterwards. Run again on unchanged data, every benchmark skips its fit
-and says why, and nothing is republished.
+and says why, and nothing is republished. The comparison of methods comes last, in its own runs, so
+it never delays a publication; a benchmark with few new models keeps its last comparison until the
+weekly schedule (:func:`sparseeval.comparison.comparison_due` says which).
 """
 
 import argparse
@@ -18,6 +20,7 @@ import dagster as dg
 from pipelines.definitions import defs
 from pipelines.partitions import add_benchmarks, partition_key
 from sparseeval import settings
+from sparseeval.comparison import comparison_due
 
 #: step-level DEBUG events stay in the Dagster UI; the terminal gets INFO (progress and results)
 INFO_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
@@ -62,6 +65,27 @@ def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:
             f"  {'':<12} {published.get('decision') or fit.get('decision', '')}")
 
 
+def _comparisons(instance: dg.DagsterInstance, resources: dict, names: list[str]) -> tuple[list[str], bool]:
+    """The ``compare`` job for every benchmark whose comparison is due now; the others say why not."""
+    db, cmp = resources["store"].store(), resources["settings"].comparison()
+    job = defs.resolve_job_def("compare")
+    lines, ok = [], True
+    for name in names:
+        due = comparison_due(db, name, cmp)
+        if not due.due:
+            lines.append(f"  {name:<12} comparison: {due.reason}")
+            continue
+        t0 = time.perf_counter()
+        result = job.execute_in_process(partition_key=partition_key(name), instance=instance, raise_on_error=False,
+                                        run_config=INFO_LOGS)
+        ok &= result.success
+        meta = _metadata(result, "evaluation") if result.success else {}
+        lines.append(f"  {name:<12} comparison ({due.reason}): " + (
+            f"{meta.get('runs', 0)} runs, {meta.get('plan', '')}" if result.success else "FAILED")
+            + f" ({time.perf_counter() - t0:.0f} s)")
+    return lines, ok
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--benchmarks", help="comma-separated subset of the partitions (default: all)")
@@ -97,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         ok &= result.success
         lines.append(_joint_line(result, time.perf_counter() - t0))
     resources = defs.resources or {}
+    compared, compared_ok = _comparisons(instance, resources, names)
+    lines += compared
+    ok &= compared_ok
     db = settings.db_path().resolve()
     tracking = resources["tracking"].config()
     print("\n=== sparseeval: refresh finished " + ("" if ok else "WITH FAILURES ") +

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -36,6 +37,8 @@ class ResponseMatrix:
     dropped_models: list[str] = field(default_factory=list)  #: no reported score and incomplete row
     #: the store's data version of the state this matrix was built from ("" when not from a store)
     data_version: str = ""
+    #: the :mod:`sparseeval.matrix_store` folder that holds exactly this matrix ("" when only in memory)
+    stored_at: str = ""
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -69,8 +72,26 @@ class ResponseMatrix:
 
     def with_nan(self) -> np.ndarray:
         """``values`` with NaN in unobserved cells (what the estimators take)."""
-        out = self.values.copy()
+        out = np.array(self.values, dtype=np.float32, copy=True)
         out[~self.observed] = np.nan
+        return out
+
+    def with_nan_at(self, rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`with_nan` of the given rows and/or columns only, without copying the whole matrix
+        first: at leaderboard scale (210 M cells) a full copy is 840 MB and a second one for the
+        training rows another 600 MB, while a refit or a calibration reads 20 anchor columns."""
+        if rows is None and cols is None:
+            return self.with_nan()
+        if cols is None:
+            out = np.array(self.values[np.asarray(rows)], dtype=np.float32)
+            out[~np.asarray(self.observed[np.asarray(rows)])] = np.nan
+            return out
+        index = (slice(None) if rows is None else np.asarray(rows), np.asarray(cols))
+        index = np.ix_(*(np.arange(self.shape[0]) if isinstance(i, slice) else i for i in index))
+        # column-major, as ``with_nan()[rows][:, cols]`` is: the same memory layout gives the estimators'
+        # matrix products the same rounding, so a predictor is bit for bit what it was before
+        out = np.array(self.values[index], dtype=np.float32, order="F")
+        out[~np.asarray(self.observed[index])] = np.nan
         return out
 
 
@@ -171,3 +192,55 @@ def build_matrix(responses: pl.DataFrame | pl.LazyFrame, scores: pl.DataFrame | 
         score_source=source[keep].tolist(),
         dropped_models=[m for m, k in zip(models, keep, strict=True) if not k],
     )
+
+
+def append_models(old: ResponseMatrix, new: ResponseMatrix, *,
+                  alloc: Any = np.empty) -> ResponseMatrix:
+    """``old`` with the rows of ``new`` (models ``old`` has never seen) merged in: the matrix
+    :func:`build_matrix` would give on both sets of rows together, cell for cell.
+
+    Models and items stay sorted (byte order, as :func:`build_matrix` sorts them): the new rows are
+    merged into place, and items only ``new`` answered become columns no earlier model has observed.
+    ``alloc(shape, dtype)`` allocates the result's two large arrays (a file-backed memmap keeps them
+    out of the process' anonymous memory). A model of ``new`` that ``old`` holds or dropped is
+    refused (ValueError): its row changed, which is not an append.
+    """
+    seen = set(old.models).union(old.dropped_models)
+    clash = sorted(seen.intersection([*new.models, *new.dropped_models]))
+    if clash:
+        raise ValueError(f"{old.benchmark}: models already in the matrix: {', '.join(clash[:5])}")
+    models = sorted([*old.models, *new.models])
+    items = sorted(set(old.items).union(new.items))
+    row = {m: i for i, m in enumerate(models)}
+    col = {it: i for i, it in enumerate(items)}
+    old_rows = np.array([row[m] for m in old.models], dtype=np.int64)
+    new_rows = np.array([row[m] for m in new.models], dtype=np.int64)
+    old_cols = np.array([col[it] for it in old.items], dtype=np.int64)
+    new_cols = np.array([col[it] for it in new.items], dtype=np.int64)
+    values = alloc((len(models), len(items)), np.float32)
+    observed = alloc((len(models), len(items)), np.bool_)
+    same_items = len(old_cols) == len(items)  # no new column: old rows copy whole
+    block = max(1, (1 << 24) // max(1, len(items)))  # ~64 MB of float32 per step: bounded working memory
+    for start in range(0, len(old_rows), block):
+        rows = old_rows[start:start + block]
+        if same_items:
+            values[rows] = old.values[start:start + block]
+            observed[rows] = old.observed[start:start + block]
+        else:
+            values[rows] = 0.0
+            observed[rows] = False
+            values[np.ix_(rows, old_cols)] = old.values[start:start + block]
+            observed[np.ix_(rows, old_cols)] = old.observed[start:start + block]
+    values[new_rows] = 0.0
+    observed[new_rows] = False
+    values[np.ix_(new_rows, new_cols)] = new.values
+    observed[np.ix_(new_rows, new_cols)] = new.observed
+    scores = np.empty(len(models), dtype=np.float32)
+    scores[old_rows], scores[new_rows] = old.scores, new.scores
+    source = [""] * len(models)
+    for rows, part in ((old_rows, old.score_source), (new_rows, new.score_source)):
+        for r, s in zip(rows.tolist(), part, strict=True):
+            source[r] = s
+    return ResponseMatrix(benchmark=old.benchmark, models=models, items=items, values=values, observed=observed,
+                          scores=scores, score_source=source,
+                          dropped_models=sorted([*old.dropped_models, *new.dropped_models]))

@@ -56,8 +56,7 @@ def _crossfit(matrix: Any, split: Any, est: Any, alphas: Sequence[float], seed: 
     from sparseeval.calibration import conformal_quantile, scale_of
 
     test = np.asarray(split.test)
-    Y = matrix.with_nan()
-    pred = np.asarray(est.predict(Y[test][:, est.anchors_]), dtype=np.float64)
+    pred = np.asarray(est.predict(matrix.with_nan_at(test, est.anchors_)), dtype=np.float64)
     true = np.asarray(matrix.scores[test], dtype=np.float64)
     scale = scale_of(pred, mode)
     half = {a: np.full(len(test), np.nan) for a in alphas}

@@ -60,28 +60,24 @@ def joint_data_version(versions: Mapping[str, str]) -> str:
     return hashlib.sha256("|".join(f"{b}={v}" for b, v in sorted(versions.items())).encode()).hexdigest()[:16]
 
 
-def stale_benchmarks(store: Any, fit_settings: Mapping[str, Any], comparison_settings: Mapping[str, Any],
-                     *, skip: Sequence[str] = ()) -> dict[str, tuple[str, str]]:
+def stale_benchmarks(store: Any, fit_settings: Mapping[str, Any], *, skip: Sequence[str] = ()
+                     ) -> dict[str, tuple[str, str]]:
     """Benchmarks whose refresh would do something: ``benchmark -> (request key, reason)``.
 
     A benchmark is stale when its fit key (its data version and the settings now) has no decision
-    yet (new data, a corrected file, a changed setting, an unfinished publication), or when its
-    comparison key has no rows. The request key names exactly that state, so asking twice for the
-    same state is one request."""
+    yet (new data, a corrected file, a changed setting, an unfinished publication). The request key
+    names exactly that state, so asking twice for the same state is one request. (The method
+    comparison has its own rule and schedule: :func:`sparseeval.comparison.comparisons_due`.)"""
     versions = store.data_versions()
     decided = store.latest_fit_keys()
-    compared = store.comparison_keys()
     out: dict[str, tuple[str, str]] = {}
     for bench, version in versions.items():
         if bench in skip:
             continue
-        fk, ck = fit_key(version, fit_settings), comparison_key(version, comparison_settings)
-        request = hashlib.sha256(f"{fk}|{ck}".encode()).hexdigest()[:16]
+        fk = fit_key(version, fit_settings)
         if decided.get(bench) != fk:
             why = "never refreshed" if bench not in decided else "new data or changed settings"
-            out[bench] = (request, f"{why} (data version {version}, fit key {fk[:12]})")
-        elif (bench, ck) not in compared:
-            out[bench] = (request, f"comparison settings changed (comparison key {ck[:12]})")
+            out[bench] = (fk[:16], f"{why} (data version {version}, fit key {fk[:12]})")
     return out
 
 

@@ -280,16 +280,17 @@ def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator
     The pipeline fits anchors once per benchmark and publishes that same estimator, so the test
     models of its split are the conformal calibration set: the estimator never saw them.
     """
-    Y = matrix.with_nan()
+    assert est.anchors_ is not None
+    X_train = matrix.with_nan_at(split.train, est.anchors_)  # the anchor columns only: no copy of the matrix
     s = matrix.scores.astype(np.float32)
     fit_rows = np.concatenate([split.train, split.val])
-    calibration = cal.calibrate(est, Y[split.test][:, est.anchors_], s[split.test],
-                                Y[split.train][:, est.anchors_], alpha=alpha, seed=seed)
+    calibration = cal.calibrate(est, matrix.with_nan_at(split.test, est.anchors_), s[split.test], X_train,
+                                alpha=alpha, seed=seed)
     calibration["split_seed"] = seed
     train_models = _train_summary([matrix.models[i] for i in fit_rows], s[fit_rows], models)
     extra: dict[str, Any] = {"settings": settings} if settings else {}
     # the order to ask the anchors in (training models only) and the conformal quantile per prefix
-    extra["adaptive"] = adaptive_info(est, Y[split.train][:, est.anchors_], s[split.train], calibration)
+    extra["adaptive"] = adaptive_info(est, X_train, s[split.train], calibration)
     return PredictorArtifact(estimator=est, benchmark=matrix.benchmark, item_ids=matrix.items,
                              anchors=build_anchors(est, matrix.benchmark, matrix.items),
                              calibration=calibration, train_models=train_models,

@@ -52,6 +52,10 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
     Setting("SPARSEEVAL_COMPARE_BUDGET_S", "300",
             "seconds the method comparison may take per benchmark (0: no budget); above it fewer seeds, "
             "methods, Ks are run and the asset says so"),
+    Setting("SPARSEEVAL_COMPARE_NEW_SHARE", "0.1",
+            "the method comparison runs right after a refresh only when the models added since the last "
+            "comparison are at least this share of the benchmark; below it, it waits for its weekly schedule "
+            "(the last comparison stands)"),
     Setting("SPARSEEVAL_CHALLENGER_MARGIN", "0.05",
             "a re-selected anchor set replaces the champion only if its held-out MAE is this fraction lower"),
     Setting("SPARSEEVAL_CHALLENGER_MIN_DAYS", "30", "at most one champion change per this many days"),

@@ -103,12 +103,14 @@ class AnchorEstimator(ABC):
         if self.k > n_items:
             raise UsageError(f"k={self.k} exceeds the number of items ({n_items})")
 
-    def _set_anchors(self, anchors: np.ndarray, Y: np.ndarray) -> None:
+    def _set_anchors(self, anchors: np.ndarray, Y: np.ndarray | None, *, fill: np.ndarray | None = None) -> None:
+        """Fix the anchors; their fill values are the training means of ``Y``'s anchor columns, or
+        ``fill`` when the caller read only those columns (a refit on fixed anchors)."""
         anchors = np.asarray(anchors, dtype=np.int64)
         if len(np.unique(anchors)) != len(anchors) or len(anchors) != self.k:
             raise AssertionError(f"{self.method}: anchors must be {self.k} unique items, got {anchors}")
         self.anchors_ = anchors
-        self.anchor_fill_ = column_means(Y[:, anchors])
+        self.anchor_fill_ = column_means(Y[:, anchors]) if fill is None else np.asarray(fill, dtype=np.float32)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Scores in [0, 1] from anchor answers ``X`` (n, k); NaN answers take the training mean."""

@@ -113,6 +113,43 @@ class Reading(Connections):
             "FROM current_runs GROUP BY benchmark ORDER BY benchmark")
         return {r["benchmark"]: f"{r['n']}-{int(r['h']):016x}" for r in frame.iter_rows(named=True)}
 
+    def scored_model_count(self, benchmark: str) -> int:
+        """Models with current responses and a reported score for ``benchmark``: the rows its matrix has
+        (from the runs table alone, without reading a response row)."""
+        return int(self.query(
+            "SELECT count(*) FROM (SELECT model FROM current_runs WHERE benchmark = $b AND kind = 'responses' "
+            "INTERSECT SELECT model FROM current_runs WHERE benchmark = $b AND kind = 'score')",
+            {"b": benchmark}).item())
+
+    def max_run_id(self, benchmark: str) -> int:
+        """The largest run id of ``benchmark`` (current or not; 0 without runs): run ids only grow, so
+        it marks how far a matrix built now has seen (:meth:`runs_after`)."""
+        return int(self.query("SELECT coalesce(max(run_id), 0) FROM runs WHERE benchmark = $b",
+                              {"b": benchmark}).item())
+
+    def runs_after(self, benchmark: str, run_id: int) -> tuple[str, list[str]]:
+        """The fingerprint (as :meth:`data_version` writes it) of ``benchmark``'s current runs after
+        ``run_id``, and their models: with the data version of then, what proves the change since is
+        exactly those runs (see :mod:`sparseeval.matrix_store`), and whom it touches."""
+        params = {"b": benchmark, "r": run_id}
+        row = self.query("SELECT count(*) AS n, coalesce(bit_xor(hash(run_id, kind, n_rows, score)), 0) AS h "
+                         "FROM current_runs WHERE benchmark = $b AND run_id > $r", params).row(0, named=True)
+        models = self.query("SELECT DISTINCT model FROM current_runs WHERE benchmark = $b AND run_id > $r "
+                            "ORDER BY 1", params).get_column("model").to_list()
+        return f"{row['n']}-{int(row['h']):016x}", models
+
+    def load_long_since(self, benchmark: str, after_run_id: int) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+        """:meth:`load_long` (lazy) of the current runs after ``after_run_id`` only: the rows an append
+        adds. New rows sit at the end of ``response_rows``; the ``run_id`` bound lets DuckDB's zone maps
+        skip every older row group instead of scanning the whole table."""
+        params = {"b": benchmark, "r": after_run_id}
+        responses = ("SELECT model, benchmark, item_id, score FROM response_rows WHERE benchmark = $b "
+                     "AND run_id > $r AND run_id IN (SELECT run_id FROM runs WHERE kind = 'responses' "
+                     "AND superseded_in IS NULL AND benchmark = $b AND run_id > $r)")
+        scores = ("SELECT model, benchmark, score FROM runs WHERE kind = 'score' AND superseded_in IS NULL "
+                  "AND benchmark = $b AND run_id > $r")
+        return self._scan(responses, params, RESPONSES_SCHEMA), self._scan(scores, params, SCORES_SCHEMA)
+
     def read_benchmark(self, benchmark: str) -> Any:
         """``benchmark``'s :class:`~sparseeval.matrix.ResponseMatrix` with its ``data_version``, both read
         in one state of the store (:meth:`pinned`): an ingest landing meanwhile can never label a
@@ -126,9 +163,18 @@ class Reading(Connections):
 
     def anchor_answers_without_score(self, benchmark: str, items: list[str]) -> pl.DataFrame:
         """Current answers to ``items`` of models that have no reported score for ``benchmark``:
-        the models a published predictor should score."""
-        return self.query(
-            "SELECT r.model, r.benchmark, r.item_id, r.score FROM responses r "
-            "WHERE r.benchmark = $b AND r.item_id IN (SELECT unnest($i::VARCHAR[])) "
-            "AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.model = r.model AND s.benchmark = r.benchmark) "
-            "ORDER BY r.model, r.item_id", {"b": benchmark, "i": list(items)})
+        the models a published predictor should score. Their runs are found in the (small) runs table
+        first: with none, no response row is read (a leaderboard's 200 M rows cost seconds to scan);
+        otherwise only theirs, bounded by run id so DuckDB's zone maps skip older row groups."""
+        with self.pinned():  # the runs and their rows from one state
+            runs = self.query(
+                "SELECT run_id FROM current_runs r WHERE benchmark = $b AND kind = 'responses' AND NOT EXISTS "
+                "(SELECT 1 FROM current_runs s WHERE s.kind = 'score' AND s.model = r.model AND s.benchmark = $b)",
+                {"b": benchmark}).get_column("run_id").to_list()
+            if not runs:
+                return pl.DataFrame(schema={"model": pl.String, "benchmark": pl.String, "item_id": pl.String,
+                                            "score": pl.Float64})
+            return self.query(
+                "SELECT model, benchmark, item_id, score FROM response_rows WHERE run_id >= $lo "
+                "AND run_id IN (SELECT unnest($r::BIGINT[])) AND item_id IN (SELECT unnest($i::VARCHAR[])) "
+                "ORDER BY model, item_id", {"lo": min(runs), "r": runs, "i": list(items)})

@@ -1,0 +1,587 @@
+"""The refresh policy as one library operation: :func:`refresh_benchmark` and its joint twin
+:func:`refresh_joint`, on one skeleton (:func:`_refresh`).
+
+What a refresh does, in this order, for a benchmark and for the joint predictor alike:
+
+1. **resume or skip** (:func:`resume_or_skip`): publications that already show outside DuckDB are
+   finished; a publication of this very fit key still waiting is handed to the publish step; a fit
+   key (data version and every setting) already decided does nothing, and says so;
+2. **fit and compete**, inside one MLflow run and one snapshot publish: a benchmark keeps its
+   champion's anchors and refits its predictor on the new data, and a fresh selection competes as
+   challenger (:func:`sparseeval.champion.decide`); the joint predictor is re-selected and compared
+   with the per-benchmark method on the same held-out models. Each candidate is calibrated, saved as
+   a predictor version and written as an anchor set once (:func:`_save_candidate`);
+3. **check** (:func:`proposal_checks`, the one place a proposal's checks are computed): the library's
+   publishing predicates (:func:`sparseeval.refresh.publishing_checks`) on the proposal's figures;
+4. **decide and record** (:func:`sparseeval.publishing.record_decision`): proposed, rejected or
+   unchanged, with the checks, in the store's state machine;
+5. **publish** when asked (``publish=True``, the CLI and the benches): the library's one publisher
+   completes what was proposed. The Dagster pipeline publishes in its own step instead, right after
+   the blocking asset checks; the method comparison never runs before it (:mod:`sparseeval.comparison`).
+
+**Reuse of what is provably unchanged.** A fit depends on the matrix (named by its data version),
+the method, K, the seed and the split (its policy and fractions), nothing else; so a fit already
+stored for exactly those (a changed alpha, check tolerance or challenger rule on unchanged data; a
+refresh retried after a crash) is loaded from its saved predictor instead of being fitted again, and
+only its calibration and the decision are redone. A split by date also depends on model metadata that
+the data version does not cover, so under that policy every fit is redone.
+
+The caller supplies the matrix (:class:`sparseeval.matrix_store.MatrixStore` keeps it incremental),
+the store, the MLflow configuration, the predictors folder and a :class:`FitSettings`; the result is
+a :class:`RefreshResult` (what was decided, the figures, what was published) that the pipeline's
+assets turn into metadata and the CLI into a table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import polars as pl
+
+from sparseeval import settings as defaults
+from sparseeval.artifact import load_predictor
+from sparseeval.champion import (
+    baseline_mae,
+    crossfit_coverage,
+    decide,
+    joint_baseline_maes,
+    joint_crossfit_coverage,
+    mean_guess_mae,
+    refit_on_anchors,
+)
+from sparseeval.device import cpu_threads, resolve_device
+from sparseeval.evaluation import (
+    ProtocolConfig,
+    evaluate_joint,
+    evaluate_per_benchmark,
+    fit_on_split,
+    results_frame,
+    split_for_seed,
+)
+from sparseeval.matrix import ResponseMatrix
+from sparseeval.methods.base import AnchorEstimator
+from sparseeval.methods.joint import JOINT_METHOD, JOINT_SEP, MEAN, common_models, joint_data, restrict_models
+from sparseeval.plots import coverage_by_level, heldout_intervals, plot_coverage_by_level, plot_predicted_vs_true
+from sparseeval.publishing import Published, Publisher, record_decision, save_version
+from sparseeval.refresh import Check, fit_key, joint_data_version, publishing_checks, up_to_date
+from sparseeval.scoring import artifact_from_fit, joint_artifact_from_fit
+from sparseeval.sources import model_dates
+from sparseeval.splits import Split, make_split
+from sparseeval.store import Store
+from sparseeval.tracking import TrackedRun, TrackingConfig, log_comparison, tracked_run
+
+#: fewer models with every benchmark than this: no joint fit (its held-out half-splits would be empty)
+MIN_JOINT_MODELS = 50
+
+
+class Log(Protocol):
+    """Where a refresh says what it does (a :class:`logging.Logger`, Dagster's ``context.log``)."""
+
+    def info(self, msg: str, *args: Any) -> Any: ...
+
+    def warning(self, msg: str, *args: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """Every setting a refresh's fit, calibration, checks and decision read (defaults:
+    :mod:`sparseeval.settings`), plus the device it runs on (not part of the fit key: a fit is the
+    same computation on either)."""
+
+    k: int = defaults.DEFAULT_K
+    method: str = defaults.DEFAULT_METHOD
+    seed: int = 0
+    val_frac: float = 0.1
+    test_frac: float = 0.2
+    split_policy: str = "random"
+    alpha: float = defaults.DEFAULT_ALPHA
+    coverage_tolerance: float = float(defaults.SETTINGS["coverage_tolerance"].default)
+    challenger_margin: float = float(defaults.SETTINGS["challenger_margin"].default)
+    challenger_min_days: float = float(defaults.SETTINGS["challenger_min_days"].default)
+    device: str = "auto"
+    #: the joint predictor's benchmarks ("" every plain one, "none" off)
+    joint_benchmarks: str = ""
+
+    @classmethod
+    def from_environment(cls) -> FitSettings:
+        """The settings as ``$SPARSEEVAL_*`` (or their defaults) say: what the CLI and ``make run`` use."""
+        get = {name: s.get() for name, s in defaults.SETTINGS.items()}
+        return cls(k=int(get["k"]), method=get["method"], seed=int(get["seed"]), alpha=float(get["alpha"]),
+                   coverage_tolerance=float(get["coverage_tolerance"]),
+                   challenger_margin=float(get["challenger_margin"]),
+                   challenger_min_days=float(get["challenger_min_days"]), device=get["device"],
+                   joint_benchmarks=get["joint_benchmarks"])
+
+    def key_settings(self) -> dict[str, Any]:
+        """Every setting that changes a fit, its calibration, its checks or the decision: the fit key's."""
+        return {"k": self.k, "method": self.method, "seed": self.seed, "val_frac": self.val_frac,
+                "test_frac": self.test_frac, "split_policy": self.split_policy, "alpha": self.alpha,
+                "coverage_tolerance": self.coverage_tolerance, "challenger_margin": self.challenger_margin,
+                "challenger_min_days": self.challenger_min_days}
+
+    def joint_key_settings(self, benchmarks: Sequence[str] | None = None) -> dict[str, Any]:
+        """The joint predictor's fit key settings: a benchmark's, its benchmark setting and, once
+        chosen, its benchmarks."""
+        out = {**self.key_settings(), "joint_benchmarks": self.joint_benchmarks}
+        return out if benchmarks is None else {**out, "benchmarks": list(benchmarks)}
+
+    def protocol(self) -> ProtocolConfig:
+        return ProtocolConfig(split_policy=self.split_policy, val_frac=self.val_frac,  # type: ignore[arg-type]
+                              test_frac=self.test_frac)
+
+
+@dataclass
+class Candidate:
+    """One fitted candidate: its anchor set, saved predictor version and held-out figures."""
+
+    anchor_set_id: int
+    folder: str
+    content_hash: str
+    origin: str
+    items: list[str]
+    mae: float
+    coverage: float | None
+    estimator: AnchorEstimator
+    fit_seconds: float
+    reused: bool = False
+
+    def row(self) -> dict[str, Any]:
+        """What :func:`sparseeval.publishing.record_decision` reads."""
+        return {"anchor_set_id": self.anchor_set_id, "content_hash": self.content_hash}
+
+
+@dataclass
+class Proposal:
+    """What the fit step proposes and the figures its checks are decided on (per output: one for a
+    benchmark; each benchmark and the mean for the joint predictor)."""
+
+    proposed: Candidate
+    challenger: Candidate | None
+    reason: str
+    mae: dict[str, float]
+    baseline: dict[str, float]
+    mean_guess: dict[str, float]
+    coverage: dict[str, float | None]
+    items: list[str]
+    expected_k: int
+    known_items: set[str]
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    """What a refresh did: ``status`` is ``skipped`` (fit key already decided), ``resumed`` (a waiting
+    publication handed on) or ``decided``; ``evaluated`` the anchor set whose checks are reported;
+    ``figures`` what the pipeline shows as metadata; ``published`` what this call published."""
+
+    benchmark: str
+    status: str
+    fit_key: str
+    data_version: str
+    decision: str
+    evaluated: int | None = None
+    proposed: int | None = None
+    challenger: int | None = None
+    checks: tuple[Check, ...] = ()
+    figures: dict[str, Any] = field(default_factory=dict)
+    published: tuple[Published, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+
+@dataclass
+class _Context:
+    """The refresh's inputs, shared by the skeleton and the subject that fills it in."""
+
+    store: Store
+    tracking: TrackingConfig
+    predictor_dir: Path
+    settings: FitSettings
+    log: Log
+    run_tags: dict[str, str]
+
+
+# --- 1. resume or skip --------------------------------------------------------------------------
+
+def resume_or_skip(ctx: _Context, name: str, key: str) -> dict[str, Any] | None:
+    """Before a fit: finish ``name``'s publications that already show outside DuckDB; then, when a
+    publication of this very fit key is still waiting, what hands it to the publish step; when the key
+    is already decided, None after saying why nothing runs; otherwise ``{}`` (fit)."""
+    db = ctx.store
+    publisher = Publisher(db, ctx.tracking, ctx.predictor_dir, run_tags=ctx.run_tags)
+    for done in publisher.publish_open(name, started_only=True):
+        ctx.log.warning("%s: finished the interrupted publication of anchor set #%d as %s (registry version %s)",
+                        name, done.anchor_set_id, done.alias, done.registry_version)
+    pending = db.open_publications(name)
+    if pending and all(p["fit_key"] == key for p in pending):
+        ids = ", ".join(f"#{p['anchor_set_id']} as {p['alias']}" for p in pending)
+        return {"decision": f"resumed: the publication of {ids} (fit key {key[:12]}) did not finish; "
+                            f"the checks it passed are reported again and the publish step completes it",
+                "evaluated": int(pending[0]["anchor_set_id"])}
+    decided = up_to_date(db, name, key)
+    if decided is not None and not pending:
+        ctx.log.info("%s: skipped: fit key %s (data version %s and every setting) already decided on %s: %s",
+                     name, key[:12], decided["data_version"], decided["decided_at"], decided["reason"])
+        return None
+    return {}
+
+
+# --- the skeleton -----------------------------------------------------------------------------------
+
+class _Subject(Protocol):
+    """What differs between a benchmark and the joint predictor: what is fitted and competes, and
+    what is reported. Everything else is the skeleton's."""
+
+    name: str
+    version: str
+    key: str
+
+    def run_params(self) -> dict[str, Any]: ...
+
+    def fit(self, ctx: _Context, run: TrackedRun) -> Proposal: ...
+
+    def report(self, ctx: _Context, run: TrackedRun, proposal: Proposal, decision: str) -> dict[str, Any]: ...
+
+
+def _refresh(subject: _Subject, ctx: _Context, *, publish: bool) -> RefreshResult:
+    """Resume or skip; fit and compete; check; decide and record; publish when asked (module docstring)."""
+    name, key, version = subject.name, subject.key, subject.version
+    resumed = resume_or_skip(ctx, name, key)
+    if resumed is None:
+        return RefreshResult(name, "skipped", key, version, f"skipped: fit key {key[:12]} already decided")
+    if resumed:
+        result = RefreshResult(name, "resumed", key, version, resumed["decision"], evaluated=resumed["evaluated"])
+    else:
+        with tracked_run(ctx.tracking, "candidate", benchmark=name, params=subject.run_params(),
+                         tags={**ctx.run_tags, "data_version": version}) as run, \
+                ctx.store.publishing_once():  # its several writes publish the snapshot once
+            proposal = subject.fit(ctx, run)
+            checks = proposal_checks(proposal, ctx.settings)
+            outcome = record_decision(ctx.store, name, fit_key=key, data_version=version,
+                                      proposed=proposal.proposed.row(),
+                                      challenger=proposal.challenger.row() if proposal.challenger else None,
+                                      checks=checks)
+            decision = f"{proposal.reason}; {outcome}"
+            ctx.log.info("%s: %s", name, decision)
+            figures = subject.report(ctx, run, proposal, decision)
+            run.set_tags({"decision": decision[:250], "proposed_anchor_set": proposal.proposed.anchor_set_id})
+        result = RefreshResult(name, "decided", key, version, decision, evaluated=proposal.proposed.anchor_set_id,
+                               proposed=proposal.proposed.anchor_set_id,
+                               challenger=proposal.challenger.anchor_set_id if proposal.challenger else None,
+                               checks=tuple(checks), figures=figures)
+    if not publish:
+        return result
+    publisher = Publisher(ctx.store, ctx.tracking, ctx.predictor_dir, run_tags=ctx.run_tags)
+    with ctx.store.publishing_once():
+        done = tuple(publisher.publish_open(name))
+    return RefreshResult(**{**result.__dict__, "published": done})
+
+
+def proposal_checks(proposal: Proposal, settings: FitSettings) -> list[Check]:
+    """The publishing checks of a proposal, over every output: the one place they are computed (a
+    new per-candidate figure joins :class:`Proposal` and is passed on here)."""
+    return publishing_checks(mae=proposal.mae, baseline=proposal.baseline, mean_guess=proposal.mean_guess,
+                             coverage=proposal.coverage, nominal=1.0 - settings.alpha,
+                             tolerance=settings.coverage_tolerance, items=proposal.items,
+                             expected_k=proposal.expected_k, known_items=proposal.known_items)
+
+
+# --- a benchmark ------------------------------------------------------------------------------------
+
+def refresh_benchmark(matrix: ResponseMatrix, store: Store, tracking: TrackingConfig, predictor_dir: str | Path,
+                      settings: FitSettings, *, log: Log | None = None, run_tags: Mapping[str, str] | None = None,
+                      publish: bool = False) -> RefreshResult:
+    """Refresh one benchmark from its current ``matrix`` (see the module docstring): keep the
+    champion's anchors and refit its predictor, select a challenger, decide with the publishing
+    checks, record the decision; resume or skip when the fit key says so; with ``publish``, publish
+    what passed. ``run_tags`` go on every MLflow run (the pipeline's run id)."""
+    ctx = _Context(store, tracking, Path(predictor_dir), settings, log or logging.getLogger("sparseeval.refresh"),
+                   dict(run_tags or {}))
+    return _refresh(_Benchmark(matrix, store, settings), ctx, publish=publish)
+
+
+class _Benchmark:
+    """A benchmark's refresh: champion refit + challenger selection on one split."""
+
+    def __init__(self, matrix: ResponseMatrix, store: Store, settings: FitSettings) -> None:
+        self.matrix = matrix
+        self.name = matrix.benchmark
+        self.version = matrix.data_version or store.data_version(self.name)  # an old matrix file carries none
+        self.k = min(settings.k, len(matrix.items))
+        self.key = fit_key(self.version, settings.key_settings())
+        self.settings = settings
+
+    def run_params(self) -> dict[str, Any]:
+        s = self.settings
+        return {"k": self.k, "method": s.method, "seed": s.seed, "split": s.split_policy, "alpha": s.alpha,
+                "data_version": self.version, "fit_key": self.key,
+                "threads": cpu_threads()}  # with the seed, what reproduces the fit
+
+    def fit(self, ctx: _Context, run: TrackedRun) -> Proposal:
+        matrix, s, db = self.matrix, self.settings, ctx.store
+        run.log_matrix(matrix, source=db.path, digest=self.version)
+        metadata = db.model_metadata()  # one read: the date split and every artifact's model list
+        dates = model_dates(metadata, matrix.models) if s.split_policy == "date" else None
+        self.split = split = split_for_seed(matrix, s.seed, s.protocol(), dates)
+        save = _CandidateSaver(ctx, matrix, split, metadata, self.version, self.k)
+        fitted = save.obtain("selected", None, lambda: fit_on_split(matrix, split, s.method, self.k, s.seed,
+                                                                    device=s.device))
+        self.baseline = save.baseline = baseline_mae(matrix, split, self.k, s.seed, device=s.device)
+        selected = save.save("selected", *fitted)
+        self.selection_seconds = selected.fit_seconds
+        proposed, challenger, reason = selected, None, "first publication: the selected anchors"
+        champion = db.champion(self.name)
+        if champion is not None and (champion["method"], champion["k"], champion["seed"]) == (s.method, self.k,
+                                                                                             s.seed):
+            try:
+                refit = save.save("refit", *save.obtain("refit", champion["items"], lambda: refit_on_anchors(
+                    matrix, split, s.method, champion["items"], s.seed, device=s.device)))
+            except ValueError as exc:
+                reason = f"champion cannot be refit ({exc}): the selected anchors are proposed"
+            else:
+                choice = decide(refit.mae, selected.mae, margin=s.challenger_margin,
+                                published_at=champion["published_at"], now=datetime.now(UTC).replace(tzinfo=None),
+                                min_days=s.challenger_min_days)
+                reason = choice.reason
+                if choice.publish == "refit" and refit.anchor_set_id != selected.anchor_set_id:
+                    proposed, challenger = refit, selected
+        b = self.name
+        return Proposal(proposed=proposed, challenger=challenger, reason=reason, mae={b: proposed.mae},
+                        baseline={b: self.baseline}, mean_guess={b: mean_guess_mae(matrix.scores, split)},
+                        coverage={b: proposed.coverage}, items=proposed.items, expected_k=self.k,
+                        known_items=set(matrix.items))
+
+    def report(self, ctx: _Context, run: TrackedRun, proposal: Proposal, decision: str) -> dict[str, Any]:
+        matrix, s, split, proposed = self.matrix, self.settings, self.split, proposal.proposed
+        cover = coverage_by_level(matrix, split, proposed.estimator, seed=s.seed)
+        run.log_metrics({"test_mae": proposed.mae, "random_linear_mae": self.baseline, "coverage": proposed.coverage,
+                         "selection_seconds": self.selection_seconds,
+                         **{f"coverage/level_{lv:g}": v for lv, v in cover.items()}})
+        with tempfile.TemporaryDirectory() as tmp:
+            held = heldout_intervals(matrix, split, proposed.estimator, alpha=s.alpha, seed=s.seed)
+            run.log_artifact(plot_predicted_vs_true(held, Path(tmp) / "predicted_vs_true.png",
+                                                    title=f"{self.name}: held-out models"), "plots")
+            run.log_artifact(plot_coverage_by_level(cover, Path(tmp) / "coverage_by_level.png", title=self.name,
+                                                    n_models=len(split.test)), "plots")
+        return {"test_mae_points": round(proposed.mae, 3), "random_linear_mae_points": round(self.baseline, 3),
+                "coverage": proposed.coverage, "k": self.k, "method": s.method, "anchors": proposed.items,
+                "selection_seconds": round(self.selection_seconds, 2), "train_models": len(split.train),
+                "test_models": len(split.test),
+                "reused_fits": [c.origin for c in (proposal.proposed, proposal.challenger) if c and c.reused]}
+
+
+class _CandidateSaver:
+    """Fit (or reuse) one candidate, calibrate it, save it as a predictor version, measure it and write
+    its anchor set once: a benchmark's per-candidate evaluation, in one place."""
+
+    def __init__(self, ctx: _Context, matrix: ResponseMatrix, split: Split, metadata: pl.DataFrame, version: str,
+                 k: int) -> None:
+        self.ctx, self.matrix, self.split, self.metadata = ctx, matrix, split, metadata
+        self.version, self.k = version, k
+        self.baseline = float("nan")  #: the random-linear bar on the split, set once fitted
+
+    def obtain(self, origin: str, items: list[str] | None, fit: Callable[[], AnchorEstimator]
+               ) -> tuple[AnchorEstimator, float, bool]:
+        """The estimator (fitted now, or the stored one of exactly this fit), its fit seconds, whether reused."""
+        reused = _reusable_fit(self.ctx.store, self.matrix.benchmark, self.version, origin, items, self.k,
+                               self.ctx.settings)
+        if reused is not None:
+            self.ctx.log.info("%s: the %s fit of data version %s is stored already: reused, not fitted again",
+                              self.matrix.benchmark, origin, self.version)
+            return (*reused, True)
+        t0 = time.perf_counter()
+        est = fit()
+        return est, time.perf_counter() - t0, False
+
+    def save(self, origin: str, est: AnchorEstimator, seconds: float, reused: bool) -> Candidate:
+        """Calibrate, save the predictor version, measure, write the anchor set: the candidate."""
+        s, db, matrix = self.ctx.settings, self.ctx.store, self.matrix
+        artifact = artifact_from_fit(matrix, self.split, est, alpha=s.alpha, seed=s.seed, models=self.metadata,
+                                     settings=db.training_settings(matrix.benchmark))
+        folder, saved = save_version(artifact, self.ctx.predictor_dir, matrix.benchmark)
+        mae = saved.calibration["calibration_mae_points"]  # one held-out MAE: the one predictor.json carries
+        coverage = crossfit_coverage(matrix, self.split, est, alpha=s.alpha, seed=s.seed,
+                                     mode=saved.calibration.get("mode", "binomial"))
+        weights = getattr(est, "weights_", None)
+        chosen = [matrix.items[i] for i in est.anchors_]
+        anchor_set_id = db.save_anchor_set(
+            benchmark=matrix.benchmark, method=est.method, k=est.k, items=chosen,
+            weights=None if weights is None else [float(w) for w in weights], seed=s.seed,
+            n_train_models=len(self.split.train),
+            params={"split": s.split_policy, "val_frac": s.val_frac, "test_frac": s.test_frac, "origin": origin,
+                    "fit_seconds": round(seconds, 3), "device": resolve_device(s.device).type},
+            artifact_uri=str(folder.resolve()), predictor_hash=saved.content_hash, origin=origin,
+            data_version=self.version, test_mae=mae, baseline_mae=self.baseline, coverage=coverage)
+        return Candidate(anchor_set_id, str(folder), saved.content_hash, origin, chosen, mae, coverage, est, seconds,
+                         reused)
+
+
+def _reusable_fit(db: Store, benchmark: str, version: str, origin: str, items: list[str] | None, k: int,
+                  s: FitSettings) -> tuple[AnchorEstimator, float] | None:
+    """The estimator of a fit stored for exactly this matrix, method, K, seed, split and device (and,
+    for a refit, these anchors), with its fit seconds; None when there is none or the split depends on
+    model dates (see the module docstring)."""
+    if s.split_policy == "date":
+        return None
+    want = {"split": s.split_policy, "val_frac": s.val_frac, "test_frac": s.test_frac,
+            "device": resolve_device(s.device).type}
+    rows = db.query("SELECT anchor_set_id, params, artifact_uri FROM anchor_sets WHERE benchmark = $b "
+                    "AND data_version = $v AND origin = $o AND method = $m AND k = $k AND seed = $s "
+                    "AND artifact_uri IS NOT NULL ORDER BY anchor_set_id DESC",
+                    {"b": benchmark, "v": version, "o": origin, "m": s.method, "k": k, "s": s.seed})
+    for row in rows.iter_rows(named=True):
+        params = json.loads(row["params"] or "{}")
+        if any(params.get(name) != value for name, value in want.items()):
+            continue
+        if items is not None and db.anchor_set(int(row["anchor_set_id"]))["items"] != list(items):
+            continue
+        try:
+            estimator = load_predictor(row["artifact_uri"]).estimator
+        except (OSError, ValueError):  # its folder is gone or damaged: fit again
+            continue
+        return estimator, float(params.get("fit_seconds", 0.0))
+    return None
+
+
+# --- the joint predictor ----------------------------------------------------------------------------
+
+def joint_plan(matrices: Mapping[str, ResponseMatrix], settings: FitSettings) -> tuple[list[str], str | None]:
+    """The joint predictor's benchmarks among ``matrices``, and why it cannot be fitted (None when it can)."""
+    from sparseeval.benchmarks import joint_benchmarks
+
+    chosen = joint_benchmarks(settings.joint_benchmarks, sorted(matrices))
+    if len(chosen) < 2:
+        return chosen, (f"skipped: a joint predictor needs two benchmarks or more, have "
+                        f"{', '.join(chosen) or 'none'} (SPARSEEVAL_JOINT_BENCHMARKS)")
+    first, *rest = (matrices[b] for b in chosen)
+    common = set(first.models).intersection(*(m.models for m in rest))
+    if len(common) < MIN_JOINT_MODELS:
+        return chosen, (f"skipped: only {len(common)} models have every one of {', '.join(chosen)} "
+                        f"(at least {MIN_JOINT_MODELS} needed)")
+    return chosen, None
+
+
+def refresh_joint(matrices: Mapping[str, ResponseMatrix], store: Store, tracking: TrackingConfig,
+                  predictor_dir: str | Path, settings: FitSettings, *, log: Log | None = None,
+                  run_tags: Mapping[str, str] | None = None, publish: bool = False) -> RefreshResult:
+    """The joint predictor's refresh on the same skeleton as :func:`refresh_benchmark`: one anchor
+    set for several benchmarks, re-selected whenever its data change, compared on the same held-out
+    models with the per-benchmark method at the same total, checked output by output. ``matrices``:
+    every benchmark's current matrix (the joint benchmarks are chosen among them; :func:`joint_plan`
+    says when none can be fitted, and then the result is ``skipped``)."""
+    ctx = _Context(store, tracking, Path(predictor_dir), settings, log or logging.getLogger("sparseeval.refresh"),
+                   dict(run_tags or {}))
+    chosen, why_not = joint_plan(matrices, settings)
+    if why_not is not None:
+        ctx.log.info("%s: %s", JOINT_METHOD, why_not)
+        return RefreshResult(JOINT_METHOD, "skipped", "", "", why_not)
+    subject = _Joint([matrices[b] for b in chosen], store, settings)
+    for line in subject.behind:
+        ctx.log.warning("%s: %s: its refresh has not completed; the joint predictor uses its previous matrix",
+                        JOINT_METHOD, line)
+    return _refresh(subject, ctx, publish=publish)
+
+
+class _Joint:
+    """The joint predictor's refresh: a fresh joint selection, the per-benchmark reference, the bars."""
+
+    name = JOINT_METHOD
+
+    def __init__(self, matrices: list[ResponseMatrix], store: Store, settings: FitSettings) -> None:
+        self.matrices, self.settings = matrices, settings
+        self.k = min([settings.k, *(len(m.items) for m in matrices)])
+        # what the fit sees, exactly: the data versions its matrices were built from (they travel with them)
+        self.version = joint_data_version({m.benchmark: m.data_version or m.digest() for m in matrices})
+        self.key = fit_key(self.version, settings.joint_key_settings([m.benchmark for m in matrices]))
+        store_versions = store.data_versions()
+        self.behind = [f"{m.benchmark} (matrix at data version {m.data_version or '?'}, store at "
+                       f"{store_versions.get(m.benchmark, '?')})" for m in matrices
+                       if m.data_version and store_versions.get(m.benchmark) not in (None, m.data_version)]
+
+    def run_params(self) -> dict[str, Any]:
+        s = self.settings
+        return {"k_per_benchmark": self.k, "benchmarks": ",".join(m.benchmark for m in self.matrices),
+                "method": JOINT_METHOD, "reference_method": s.method, "seed": s.seed, "split": s.split_policy,
+                "alpha": s.alpha, "data_version": self.version, "threads": cpu_threads()}
+
+    def fit(self, ctx: _Context, run: TrackedRun) -> Proposal:
+        s, db, k = self.settings, ctx.store, self.k
+        models = common_models(self.matrices)
+        self.parts = parts = [restrict_models(m, models) for m in self.matrices]
+        self.data = data = joint_data(parts)
+        config = s.protocol()
+        metadata = db.model_metadata()  # one read: the date split and the artifact's model list
+        dates = model_dates(metadata, data.models) if s.split_policy == "date" else None
+        self.split = split = make_split(data.models, policy=config.split_policy, val_frac=config.val_frac,
+                                        test_frac=config.test_frac, seed=s.seed, dates=dates)
+        t0 = time.perf_counter()
+        joint_results, est = evaluate_joint(data, split, k, s.seed, config=config, device=s.device)
+        self.seconds = seconds = time.perf_counter() - t0
+        reference = evaluate_per_benchmark(parts, split, s.method, k, s.seed, config=config, device=s.device)
+        self.baselines = baselines = joint_baseline_maes(parts, split, k, s.seed, device=s.device)
+        artifact = joint_artifact_from_fit(data, split, est, alpha=s.alpha, seed=s.seed, models=metadata,
+                                           settings={b: db.training_settings(b) for b in data.benchmarks})
+        folder, saved = save_version(artifact, ctx.predictor_dir, JOINT_METHOD)
+        modes = {name: c.get("mode", "binomial") for name, c in saved.calibration["outputs"].items()}
+        self.coverage = coverage = joint_crossfit_coverage(data, split, est, alpha=s.alpha, seed=s.seed, modes=modes)
+        self.mae = mae = {r.benchmark: r.mae for r in joint_results}
+        self.ref_mae = ref_mae = {r.benchmark: r.mae for r in reference}
+        keys = [data.columns[c] for c in est.anchors_]
+        owners, items = zip(*(key.split(JOINT_SEP, 1) for key in keys), strict=True)
+        self.allocation = est.allocation()
+        anchor_set_id = db.save_anchor_set(
+            benchmark=JOINT_METHOD, method=JOINT_METHOD, k=est.k, items=list(items), item_benchmarks=list(owners),
+            seed=s.seed, n_train_models=len(split.train),
+            params={"benchmarks": data.benchmarks, "k_per_benchmark": k, "allocation": self.allocation,
+                    "split": s.split_policy, "val_frac": s.val_frac, "test_frac": s.test_frac, "origin": "selected",
+                    "fit_seconds": round(seconds, 3), "test_mae": mae, "baseline_mae": baselines,
+                    "coverage": coverage, "reference_method": s.method, "reference_mae": ref_mae},
+            artifact_uri=str(folder.resolve()), predictor_hash=saved.content_hash,
+            origin="selected", data_version=self.version, test_mae=mae[MEAN],
+            baseline_mae=baselines[MEAN], coverage=coverage[MEAN])
+        # the joint comparison, under its own names: its test models are the joint split's, not a benchmark's
+        frame = results_frame([*joint_results, *reference]).with_columns(
+            (pl.lit(f"{JOINT_METHOD}/") + pl.col("benchmark")).alias("benchmark"))
+        comparison_id = log_comparison(ctx.tracking, benchmark=JOINT_METHOD, rows=frame.to_dicts(),
+                                       tags=ctx.run_tags, run_id=run.run_id)
+        db.save_evaluations(frame.with_columns(pl.lit(comparison_id).alias("mlflow_run_id"),
+                                               pl.lit(self.version).alias("data_version")))
+        self.outputs = outputs = [*data.benchmarks, MEAN]
+        scores = np.concatenate([data.S, data.S.mean(axis=1, keepdims=True)], axis=1)
+        candidate = Candidate(anchor_set_id, str(folder), saved.content_hash, "selected", keys, mae[MEAN],
+                              coverage[MEAN], est, seconds)
+        reason = f"joint anchor set #{anchor_set_id}: {k} items per benchmark over {', '.join(data.benchmarks)}" + (
+            f" (behind the store: {'; '.join(self.behind)})" if self.behind else "")
+        return Proposal(proposed=candidate, challenger=None, reason=reason, mae={o: mae[o] for o in outputs},
+                        baseline={o: baselines[o] for o in outputs},
+                        mean_guess={o: mean_guess_mae(scores[:, i], split) for i, o in enumerate(outputs)},
+                        coverage={o: coverage[o] for o in outputs}, items=keys, expected_k=k * len(data.benchmarks),
+                        known_items=set(data.columns))
+
+    def report(self, ctx: _Context, run: TrackedRun, proposal: Proposal, decision: str) -> dict[str, Any]:
+        s, outputs = self.settings, self.outputs
+        run.log_metrics({**{f"test_mae/{o}": self.mae[o] for o in outputs},
+                         **{f"{s.method}_mae/{o}": self.ref_mae[o] for o in outputs},
+                         **{f"random_linear_mae/{o}": self.baselines[o] for o in outputs},
+                         **{f"coverage/{o}": c for o, c in self.coverage.items() if c is not None},
+                         "selection_seconds": self.seconds})
+        table = pl.DataFrame({"output": outputs, "joint_mae": [round(self.mae[o], 3) for o in outputs],
+                              f"{s.method}_mae": [round(self.ref_mae[o], 3) for o in outputs],
+                              "random_linear_mae": [round(self.baselines[o], 3) for o in outputs],
+                              "anchors": [self.allocation.get(o, proposal.proposed.estimator.k) for o in outputs],
+                              "coverage": [self.coverage[o] for o in outputs]})
+        return {"benchmarks": self.data.benchmarks, "inputs_behind": self.behind, "k_per_benchmark": self.k,
+                "items": proposal.proposed.estimator.k, "models": len(self.data.models),
+                "train_models": len(self.split.train), "test_models": len(self.split.test),
+                "selection_seconds": round(self.seconds, 2), "test_mae_points": round(self.mae[MEAN], 3),
+                "outputs": table}
