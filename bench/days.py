@@ -39,14 +39,18 @@ from scale import _generated, generate
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _rss_mb(pid: int) -> float:
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _usage(pid: int) -> tuple[float, float]:
+    """(RSS in MB, CPU seconds so far: user + system, every thread) of a running process."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+        rss = next((int(line.split()[1]) / 1024 for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if line.startswith("VmRSS:")), 0.0)
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return rss, (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0, 0.0
 
 
 def run_day(code: Path, root: Path, source: str, log: Path) -> dict[str, Any]:
@@ -58,7 +62,7 @@ def run_day(code: Path, root: Path, source: str, log: Path) -> dict[str, Any]:
     env = {**os.environ, "DAGSTER_HOME": str(home), "SPARSEEVAL_DATA_DIR": str(root / "data"),
            "SPARSEEVAL_SOURCE": source, "PYTHONPATH": str(code)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    samples: list[tuple[float, float]] = []
+    samples: list[tuple[float, float, float]] = []
     t0 = time.time()
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "pipelines.run_all"], cwd=code, env=env, stdout=out,
@@ -66,7 +70,7 @@ def run_day(code: Path, root: Path, source: str, log: Path) -> dict[str, Any]:
 
         def sample() -> None:
             while proc.poll() is None:
-                samples.append((time.time(), _rss_mb(proc.pid)))
+                samples.append((time.time(), *_usage(proc.pid)))
                 time.sleep(0.2)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -76,14 +80,15 @@ def run_day(code: Path, root: Path, source: str, log: Path) -> dict[str, Any]:
     seconds = time.time() - t0
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return {"t0": t0, "seconds": seconds, "rc": rc, "samples": samples,
+            "cpu_s": max((c for _, _, c in samples), default=0.0),
             # ru_maxrss of children is the largest child so far: exact when this day is the largest
-            "peak_mb": max(peak / 1024 if peak > before else 0.0, max((r for _, r in samples), default=0.0))}
+            "peak_mb": max(peak / 1024 if peak > before else 0.0, max((r for _, r, _ in samples), default=0.0))}
 
 
-def phases(home: Path, t0: float, samples: list[tuple[float, float]]) -> list[dict[str, Any]]:
+def phases(home: Path, t0: float, samples: list[tuple[float, float, float]]) -> list[dict[str, Any]]:
     """Every step of every run started since ``t0`` in the Dagster instance at ``home``: when it
-    started (seconds after ``t0``), how long it ran, the peak sampled RSS meanwhile, and when each asset
-    materialized."""
+    started (seconds after ``t0``), how long it ran, the CPU seconds and peak sampled RSS meanwhile,
+    and when each asset materialized."""
     import dagster as dg
 
     os.environ["DAGSTER_HOME"] = str(home)
@@ -102,14 +107,21 @@ def phases(home: Path, t0: float, samples: list[tuple[float, float]]) -> list[di
                     started[entry.step_key] = entry.timestamp
                 elif kind in ("STEP_SUCCESS", "STEP_FAILURE") and entry.step_key in started:
                     a, b = started.pop(entry.step_key), entry.timestamp
-                    peak = max((r for t, r in samples if a <= t <= b), default=0.0)
+                    during = [(r, c) for t, r, c in samples if a <= t <= b]
+                    cpu = (_cpu_at(samples, b) - _cpu_at(samples, a))
                     rows.append({"run": run.job_name, "step": entry.step_key, "start_s": a - t0, "seconds": b - a,
-                                 "peak_mb": peak, "status": "ok" if kind == "STEP_SUCCESS" else "FAILED"})
+                                 "cpu_s": cpu, "peak_mb": max((r for r, _ in during), default=0.0),
+                                 "status": "ok" if kind == "STEP_SUCCESS" else "FAILED"})
                 elif kind == "ASSET_MATERIALIZATION":
                     key = event.asset_key.to_user_string() if event.asset_key else "?"
-                    rows.append({"run": run.job_name, "step": f"  materialized {key}",
-                                 "start_s": entry.timestamp - t0, "seconds": 0.0, "peak_mb": 0.0, "status": ""})
+                    rows.append({"run": run.job_name, "step": f"  materialized {key}", "start_s": entry.timestamp - t0,
+                                 "seconds": 0.0, "cpu_s": 0.0, "peak_mb": 0.0, "status": ""})
     return rows
+
+
+def _cpu_at(samples: list[tuple[float, float, float]], when: float) -> float:
+    """The process' CPU seconds at ``when`` (the last sample before it)."""
+    return max((c for t, _, c in samples if t <= when), default=0.0)
 
 
 def published_hash(root: Path) -> str:
@@ -159,21 +171,22 @@ def main(argv: list[str] | None = None) -> int:
             published = next((r["start_s"] for r in rows if r["step"].strip() == "materialized champion"), None)
             for r in rows:
                 table.append({"design": design, "day": day, **r})
-            summary.append({"design": design, "day": day, "seconds": result["seconds"],
+            summary.append({"design": design, "day": day, "seconds": result["seconds"], "cpu_s": result["cpu_s"],
                             "published_s": published, "peak_mb": result["peak_mb"], "rc": result["rc"],
                             "load_start": load, "load_end": os.getloadavg()[0], "champion": published_hash(root)})
             print(json.dumps(summary[-1]), flush=True)
-    print(f"\n{'design':<7} {'day':<6} {'run':<8} {'step':<58} {'start s':>8} {'s':>7} {'peak MB':>8}")
+    print(f"\n{'design':<7} {'day':<6} {'run':<8} {'step':<50} {'start s':>8} {'s':>7} {'cpu s':>7} {'peak MB':>8}")
     for r in table:
         if r["step"].startswith("  "):
-            print(f"{r['design']:<7} {r['day']:<6} {r['run']:<8} {r['step']:<58} {r['start_s']:8.1f}")
+            print(f"{r['design']:<7} {r['day']:<6} {r['run']:<8} {r['step']:<50} {r['start_s']:8.1f}")
         else:
-            print(f"{r['design']:<7} {r['day']:<6} {r['run']:<8} {r['step']:<58} {r['start_s']:8.1f} "
-                  f"{r['seconds']:7.1f} {r['peak_mb']:8.0f} {r['status']}")
-    print(f"\n{'design':<7} {'day':<6} {'whole s':>8} {'published s':>12} {'peak MB':>8} {'load':>10}  champion")
+            print(f"{r['design']:<7} {r['day']:<6} {r['run']:<8} {r['step']:<50} {r['start_s']:8.1f} "
+                  f"{r['seconds']:7.1f} {r['cpu_s']:7.1f} {r['peak_mb']:8.0f} {r['status']}")
+    print(f"\n{'design':<7} {'day':<6} {'whole s':>8} {'cpu s':>7} {'published s':>12} {'peak MB':>8} {'load':>10}"
+          "  champion")
     for s in summary:
         pub = f"{s['published_s']:.1f}" if s["published_s"] is not None else "-"
-        print(f"{s['design']:<7} {s['day']:<6} {s['seconds']:8.1f} {pub:>12} {s['peak_mb']:8.0f} "
+        print(f"{s['design']:<7} {s['day']:<6} {s['seconds']:8.1f} {s['cpu_s']:7.1f} {pub:>12} {s['peak_mb']:8.0f} "
               f"{s['load_start']:4.1f}-{s['load_end']:<4.1f}  {s['champion']}{'' if s['rc'] == 0 else '  FAILED'}")
     if args.out:
         import polars as pl

@@ -1,4 +1,5 @@
-"""Assets: raw_results -> response_matrix[b] -> candidate[b] -> checks -> champion[b]; then evaluation[b].
+"""Assets: raw_results -> response_matrix[b] -> candidate[b] -> checks -> champion[b] -> challenger[b];
+then, in their own job, evaluation[b].
 
 Thin: each asset moves data between the library and the stores and reports what happened; the
 refresh policy itself (what is fitted, what competes, what is decided, recorded, resumed) is one
@@ -13,6 +14,8 @@ library operation, :func:`sparseeval.refresh_policy.refresh_benchmark` (its join
 * ``candidate`` calls the refresh policy (champion refit, challenger, the **blocking** publishing
   checks decided and recorded); when the data and settings are unchanged it does nothing and says so;
 * ``champion`` publishes only what passed the checks (registry alias, published folder, DuckDB role);
+* ``challenger`` then selects fresh anchors against the published refit and publishes them (as
+  challenger, or as the new champion when clearly better) only with their own checks passed;
 * ``evaluation`` compares methods, in its own job after publication (:mod:`sparseeval.comparison`):
   it never delays a publication.
 """
@@ -33,7 +36,7 @@ from sparseeval.matrix import EmptyMatrixError, ResponseMatrix
 from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.publishing import Publisher, published_path, score_anchor_only_models
 from sparseeval.refresh import matrix_range_check
-from sparseeval.refresh_policy import RefreshResult, refresh_benchmark
+from sparseeval.refresh_policy import RefreshResult, refresh_benchmark, select_challenger
 from sparseeval.store import IngestReport
 
 GROUP = "sparseeval"
@@ -162,16 +165,18 @@ def refresh_metadata(result: RefreshResult) -> dict[str, Any]:
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"pytorch", "duckdb"}, owners=OWNERS,
           tags={"layer": "fit"}, pool="sparseeval_fit", output_required=False,
-          description="The refresh policy (sparseeval.refresh_policy.refresh_benchmark): the champion's anchors "
-                      "kept and its predictor refit on the new data, a fresh selection as challenger (a fit "
-                      "already stored for the same data and settings is reused); each anchor set written once "
-                      "and each predictor saved as a version; the publishing checks decided and recorded "
-                      "(proposed or rejected). Fit key (data version and every setting) already decided: no "
-                      "materialization, and the steps after it are skipped.")
+          description="The refresh policy (sparseeval.refresh_policy.refresh_benchmark), its first phase: the "
+                      "champion's anchors kept and its predictor refit on the new data (the first refresh selects "
+                      "anchors instead; a fit already stored for the same data and settings is reused); the "
+                      "anchor set written once and the predictor saved as a version; the publishing checks "
+                      "decided and recorded (proposed or rejected). The challenger follows the publication. "
+                      "Fit key (data version and every setting) already decided: no materialization, and the "
+                      "steps after it are skipped.")
 def candidate(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
               settings: SettingsResource, tracking: TrackingResource):
     result = refresh_benchmark(response_matrix, store.store(), tracking.config(), settings.predictor_dir,
-                               settings.fit(), log=context.log, run_tags={"dagster.run_id": context.run_id})
+                               settings.fit(), log=context.log, run_tags={"dagster.run_id": context.run_id},
+                               challenger=False)  # the challenger asset selects it after the publication
     if result.status != "skipped":  # skipped: no materialization, so the checks and the publish step skip
         yield dg.MaterializeResult(metadata=refresh_metadata(result))
 
@@ -217,6 +222,29 @@ def publish_open(context: dg.AssetExecutionContext, bench: str, store: StoreReso
         "test_mae_points": current["test_mae"] if current else None,
         "folder": str(published_path(Path(settings.predictor_dir), bench)), "models_scored": scored,
     })
+
+
+@dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"pytorch", "mlflow", "duckdb"},
+          owners=OWNERS, tags={"layer": "fit"}, deps=[champion], pool="sparseeval_fit", output_required=False,
+          description="After the refit champion is published (never before): a fresh selection competes with it "
+                      "(sparseeval.refresh_policy.select_challenger). Clearly better and the champion old "
+                      "enough: it replaces the champion; otherwise it is published beside it under the alias "
+                      "challenger; either only with its own publishing checks passed (pipelines/checks.py reports "
+                      "them). No refit "
+                      "published by this refresh, or its challenger decided already: no materialization.")
+def challenger(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
+               settings: SettingsResource, tracking: TrackingResource):
+    db = store.store()
+    result = select_challenger(response_matrix, db, tracking.config(), settings.predictor_dir, settings.fit(),
+                               log=context.log, run_tags={"dagster.run_id": context.run_id}, publish=True)
+    if result.status == "skipped":
+        context.log.info("%s: %s", response_matrix.benchmark, result.decision)
+        return
+    scored = score_anchor_only_models(db, response_matrix.benchmark) \
+        if any(p.alias == "champion" for p in result.published) else 0
+    published = [f"#{p.anchor_set_id} as {p.alias} (registry version {p.registry_version})" for p in result.published]
+    yield dg.MaterializeResult(metadata={**refresh_metadata(result), "published": dg.MetadataValue.json(published),
+                                         "models_scored": scored})
 
 
 # --- comparison (its own job, after publication) and predictions --------------------------------------

@@ -2,7 +2,7 @@
 
 * ``ingest`` job (``raw_results``): ingests the source folder once.
 * ``refresh`` job (partitioned by benchmark): matrix (new models appended) -> candidate -> checks ->
-  champion, predictions; ``compare`` job (partitioned): evaluation, after the refresh.
+  champion -> challenger, predictions; ``compare`` job (partitioned): evaluation, after the refresh.
 * ``new_results_sensor``: a source unit whose bytes are not in the store yet -> one ``ingest`` run.
   Its cursor starts from what the store has already ingested (sha256 in ``ingests``), so opening
   the UI after ``make run`` launches nothing.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
+from pipelines.assets import candidate, challenger, champion, evaluation, predictions, raw_results, response_matrix
 from pipelines.joint import joint_anchors, joint_champion
 from pipelines.partitions import BENCHMARK_PARTITIONS, benchmark_partitions, partition_key
 from pipelines.resources import SettingsResource, SourceResource, StoreResource
@@ -54,10 +54,11 @@ ingest_job = dg.define_asset_job(
 
 refresh_job = dg.define_asset_job(
     "refresh",
-    selection=dg.AssetSelection.assets(response_matrix, candidate, champion, predictions),
+    selection=dg.AssetSelection.assets(response_matrix, candidate, champion, challenger, predictions),
     partitions_def=benchmark_partitions,
-    description="Bring one benchmark's matrix up to date (new models appended), refit (champion kept, "
-                "challenger re-selected), publish what passes the checks, score anchor-only models. Fit key "
+    description="Bring one benchmark's matrix up to date (new models appended), refit the champion's anchors "
+                "and publish it when it passes the checks, then select a challenger against it, score "
+                "anchor-only models. Fit key "
                 "already decided: skips. The method comparison is its own job (compare): it never delays a "
                 "publication.",
 )

@@ -1,4 +1,5 @@
-"""The blocking publishing checks, as standalone asset checks on ``candidate`` and ``joint_anchors``.
+"""The blocking publishing checks, as standalone asset checks on ``candidate``, ``challenger`` and
+``joint_anchors``.
 
 The fit step decides the checks with the library's predicates (:func:`sparseeval.refresh.publishing_checks`)
 and stores their outcomes with the anchor set, in the same transaction as its new role; each check
@@ -10,7 +11,7 @@ so these checks do not run and the UI shows them as *skipped*, not as passed.
 
 import dagster as dg
 
-from pipelines.assets import candidate
+from pipelines.assets import candidate, challenger
 from pipelines.joint import joint_anchors
 from pipelines.resources import StoreResource
 from sparseeval.refresh import PUBLISH_CHECKS, stored_checks
@@ -44,12 +45,14 @@ def _report(context: dg.AssetCheckExecutionContext, store: StoreResource, asset_
 
 
 def _check(asset: dg.AssetsDefinition, name: str, description: str) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=asset, name=name, blocking=True, description=description)
+    # a challenger is checked and published inside its own step (the library publishes only what passed):
+    # its checks report that outcome; the fit steps' checks gate the publish step after them
+    @dg.asset_check(asset=asset, name=name, blocking=asset is not challenger, description=description)
     def check(context: dg.AssetCheckExecutionContext, store: StoreResource) -> dg.AssetCheckResult:
         return _report(context, store, asset.key, name)
 
     return check
 
 
-publishing_checks = [_check(asset, name, description) for asset in (candidate, joint_anchors)
+publishing_checks = [_check(asset, name, description) for asset in (candidate, challenger, joint_anchors)
                      for name, description in PUBLISH_CHECKS.items()]

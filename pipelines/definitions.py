@@ -6,7 +6,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
+from pipelines.assets import candidate, challenger, champion, evaluation, predictions, raw_results, response_matrix
 from pipelines.automation import (
     compare_job,
     comparison_sensor,
@@ -29,7 +29,7 @@ def build_definitions(resources: dict[str, Any] | None = None) -> dg.Definitions
     """The pipeline's definitions with ``resources`` (default: from :mod:`sparseeval.settings`); the
     lifecycle simulation builds its own with the settings of the simulated day."""
     return dg.Definitions(
-        assets=[raw_results, response_matrix, candidate, champion, evaluation, predictions, joint_anchors,
+        assets=[raw_results, response_matrix, candidate, champion, challenger, evaluation, predictions, joint_anchors,
                 joint_champion],
         asset_checks=publishing_checks,
         jobs=[ingest_job, refresh_job, compare_job, joint_job],

@@ -45,9 +45,11 @@ def _summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float)
                        f"{matrix.get('data_version', '?')} and every setting already decided; nothing refit)")
     if fit.get("proposed") is None:
         return line + f"{seconds:5.1f} s\n  {'':<12} {fit.get('decision', '')}"
+    rival = _metadata(result, "challenger")
     return (line + f"K {fit['k']:>3}  test MAE {fit['test_mae_points']:5.2f} pts (random-linear "
             f"{fit['random_linear_mae_points']:.2f})  {seconds:5.1f} s\n"
-            f"  {'':<12} {published.get('decision') or fit.get('decision', '')}")
+            f"  {'':<12} {published.get('decision') or fit.get('decision', '')}"
+            + (f"\n  {'':<12} challenger: {rival['decision']}" if rival else ""))
 
 
 def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:

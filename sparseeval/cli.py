@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "ingest": "ingest result files or folders (long tables, lm-eval output, lighteval, leaderboard details)",
     "evaluate": "compare anchor methods on held-out models",
     "fit": "fit, calibrate and save a predictor for one benchmark",
+    "refresh": "refresh the store's benchmarks as the pipeline does: refit, check, publish, compare",
     "export": "export anchors for lm-eval (--samples) or as CSV",
     "predict": "predict full-benchmark scores from anchor answers",
     "next": "adaptive anchors: what to run next, or whether the interval is narrow enough",

@@ -95,6 +95,10 @@ class ResponseMatrix:
         return out
 
 
+#: rows scattered into the dense matrix per step (bounds the working memory of a build)
+SCATTER_ROWS = 1 << 24
+
+
 class EmptyMatrixError(UserError, ValueError):
     """No usable model (with a target score) or no item for the benchmark."""
 
@@ -144,18 +148,18 @@ def build_matrix(responses: pl.DataFrame | pl.LazyFrame, scores: pl.DataFrame | 
     models, model_rank = _rank_of_code(model_cats)
     items, item_rank = _rank_of_code(item_cats)
     n_models, n_items = len(models), len(items)
-    flat_dtype = pl.UInt32 if n_models * n_items < 2**32 else pl.UInt64
-    cells = coded.select(
-        (pl.lit(model_rank).gather(pl.col("model").to_physical()).cast(flat_dtype)
-         * pl.lit(n_items, dtype=flat_dtype)
-         + pl.lit(item_rank).gather(pl.col("item_id").to_physical()).cast(flat_dtype)).alias("cell"),
-        "score",
-    )
-    del coded
-    # one scatter: NaN marks "not observed", so the mask needs no second scatter
+    flat_dtype = np.uint32 if n_models * n_items < 2**32 else np.uint64
+    row_of, col_of = model_rank.to_numpy().astype(flat_dtype), item_rank.to_numpy().astype(flat_dtype)
+    # NaN marks "not observed", so the mask needs no second scatter; the rows are scattered a slice at a
+    # time, so the cell indices of all 210 M rows (1.7 GB at leaderboard scale) never exist at once
     values = np.full((n_models, n_items), np.nan, dtype=np.float32)
-    values.reshape(-1)[cells.get_column("cell").to_numpy()] = cells.get_column("score").to_numpy()
-    del cells
+    flat = values.reshape(-1)
+    for start in range(0, coded.height, SCATTER_ROWS):
+        part = coded.slice(start, SCATTER_ROWS)
+        cells = row_of[part.get_column("model").to_physical().to_numpy()] * flat_dtype(n_items)
+        cells += col_of[part.get_column("item_id").to_physical().to_numpy()]
+        flat[cells] = part.get_column("score").to_numpy()
+    del coded, part, cells
     observed = ~np.isnan(values)
     values[~observed] = 0.0
 

@@ -362,6 +362,26 @@ def record_decision(store: Any, benchmark: str, *, fit_key: str, data_version: s
     return "proposed " + ", ".join(f"#{i} as {alias}" for i, alias, _ in proposals)
 
 
+def record_challenger(store: Any, benchmark: str, *, fit_key: str, data_version: str | None,
+                      challenger: dict[str, Any], checks: list[Any]) -> str:
+    """Record a fresh selection meant to be published beside the champion under the alias
+    ``challenger`` (the champion itself is not in question: it was published by the same refresh), with
+    its own checks; say it in one sentence. Failed checks reject it; passed ones record its publication
+    intent."""
+    from sparseeval.refresh import checks_json
+
+    store.update_anchor_set(challenger["anchor_set_id"], checks=checks_json(checks))
+    failed = [c.name for c in checks if not c.passed]
+    if failed:
+        reason = f"failed {', '.join(failed)}"
+        store.record_rejection(benchmark, [challenger["anchor_set_id"]], fit_key=fit_key, data_version=data_version,
+                               reason=f"challenger {reason}")
+        return f"challenger NOT published: {reason}"
+    store.record_proposal(benchmark, [(challenger["anchor_set_id"], "challenger", challenger["content_hash"])],
+                          fit_key=fit_key, data_version=data_version, reason="passed the publishing checks")
+    return f"proposed #{challenger['anchor_set_id']} as challenger"
+
+
 def score_anchor_only_models(store: Any, benchmark: str) -> int:
     """Score every stored model of ``benchmark`` with anchor answers and no full score, with the current
     champion (an upsert keyed by model and anchor set: running it twice changes nothing); the count."""

@@ -71,7 +71,7 @@ from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods.base import AnchorEstimator
 from sparseeval.methods.joint import JOINT_METHOD, JOINT_SEP, MEAN, common_models, joint_data, restrict_models
 from sparseeval.plots import coverage_by_level, heldout_intervals, plot_coverage_by_level, plot_predicted_vs_true
-from sparseeval.publishing import Published, Publisher, record_decision, save_version
+from sparseeval.publishing import Published, Publisher, record_challenger, record_decision, save_version
 from sparseeval.refresh import Check, fit_key, joint_data_version, publishing_checks, up_to_date
 from sparseeval.scoring import artifact_from_fit, joint_artifact_from_fit
 from sparseeval.sources import model_dates
@@ -239,39 +239,37 @@ def resume_or_skip(ctx: _Context, name: str, key: str) -> dict[str, Any] | None:
 # --- the skeleton -----------------------------------------------------------------------------------
 
 class _Subject(Protocol):
-    """What differs between a benchmark and the joint predictor: what is fitted and competes, and
-    what is reported. Everything else is the skeleton's."""
+    """What differs between the phases of a refresh (a benchmark's champion, its challenger, the joint
+    predictor): whether it runs, what is fitted and competes, how the decision is recorded, what is
+    reported. Everything else is the skeleton's."""
 
     name: str
     version: str
     key: str
+    step: str  #: the MLflow run's step name
+
+    def gate(self, ctx: _Context) -> RefreshResult | None: ...
 
     def run_params(self) -> dict[str, Any]: ...
 
     def fit(self, ctx: _Context, run: TrackedRun) -> Proposal: ...
 
+    def record(self, ctx: _Context, proposal: Proposal, checks: list[Check]) -> str: ...
+
     def report(self, ctx: _Context, run: TrackedRun, proposal: Proposal, decision: str) -> dict[str, Any]: ...
 
 
 def _refresh(subject: _Subject, ctx: _Context, *, publish: bool) -> RefreshResult:
-    """Resume or skip; fit and compete; check; decide and record; publish when asked (module docstring)."""
+    """Gate (resume or skip); fit and compete; check; decide and record; publish when asked."""
     name, key, version = subject.name, subject.key, subject.version
-    resumed = resume_or_skip(ctx, name, key)
-    if resumed is None:
-        return RefreshResult(name, "skipped", key, version, f"skipped: fit key {key[:12]} already decided")
-    if resumed:
-        result = RefreshResult(name, "resumed", key, version, resumed["decision"], evaluated=resumed["evaluated"])
-    else:
-        with tracked_run(ctx.tracking, "candidate", benchmark=name, params=subject.run_params(),
+    result = subject.gate(ctx)
+    if result is None:
+        with tracked_run(ctx.tracking, subject.step, benchmark=name, params=subject.run_params(),
                          tags={**ctx.run_tags, "data_version": version}) as run, \
                 ctx.store.publishing_once():  # its several writes publish the snapshot once
             proposal = subject.fit(ctx, run)
             checks = proposal_checks(proposal, ctx.settings)
-            outcome = record_decision(ctx.store, name, fit_key=key, data_version=version,
-                                      proposed=proposal.proposed.row(),
-                                      challenger=proposal.challenger.row() if proposal.challenger else None,
-                                      checks=checks)
-            decision = f"{proposal.reason}; {outcome}"
+            decision = f"{proposal.reason}; {subject.record(ctx, proposal, checks)}"
             ctx.log.info("%s: %s", name, decision)
             figures = subject.report(ctx, run, proposal, decision)
             run.set_tags({"decision": decision[:250], "proposed_anchor_set": proposal.proposed.anchor_set_id})
@@ -279,12 +277,28 @@ def _refresh(subject: _Subject, ctx: _Context, *, publish: bool) -> RefreshResul
                                proposed=proposal.proposed.anchor_set_id,
                                challenger=proposal.challenger.anchor_set_id if proposal.challenger else None,
                                checks=tuple(checks), figures=figures)
-    if not publish:
+    if not publish or result.status == "skipped":
         return result
     publisher = Publisher(ctx.store, ctx.tracking, ctx.predictor_dir, run_tags=ctx.run_tags)
     with ctx.store.publishing_once():
         done = tuple(publisher.publish_open(name))
     return RefreshResult(**{**result.__dict__, "published": done})
+
+
+def _resume_gate(ctx: _Context, name: str, key: str, version: str) -> RefreshResult | None:
+    """:func:`resume_or_skip` as the skeleton's gate."""
+    resumed = resume_or_skip(ctx, name, key)
+    if resumed is None:
+        return RefreshResult(name, "skipped", key, version, f"skipped: fit key {key[:12]} already decided")
+    if resumed:
+        return RefreshResult(name, "resumed", key, version, resumed["decision"], evaluated=resumed["evaluated"])
+    return None
+
+
+def _record_proposal(ctx: _Context, name: str, key: str, version: str, proposal: Proposal,
+                     checks: list[Check]) -> str:
+    return record_decision(ctx.store, name, fit_key=key, data_version=version, proposed=proposal.proposed.row(),
+                           challenger=proposal.challenger.row() if proposal.challenger else None, checks=checks)
 
 
 def proposal_checks(proposal: Proposal, settings: FitSettings) -> list[Check]:
@@ -296,22 +310,49 @@ def proposal_checks(proposal: Proposal, settings: FitSettings) -> list[Check]:
                              expected_k=proposal.expected_k, known_items=proposal.known_items)
 
 
-# --- a benchmark ------------------------------------------------------------------------------------
+# --- a benchmark: its champion first, then its challenger -------------------------------------------
 
 def refresh_benchmark(matrix: ResponseMatrix, store: Store, tracking: TrackingConfig, predictor_dir: str | Path,
                       settings: FitSettings, *, log: Log | None = None, run_tags: Mapping[str, str] | None = None,
+                      publish: bool = False, challenger: bool = True) -> RefreshResult:
+    """Refresh one benchmark from its current ``matrix`` (see the module docstring), in two phases
+    so that nothing delays the champion: (1) keep the champion's anchors and refit its predictor (the
+    first refresh, or one whose settings changed the method, K or seed, selects anchors instead), decide
+    with the publishing checks, record; with ``publish``, publish it; (2) with ``challenger`` (and once
+    the refit is published), :func:`select_challenger`. Resume or skip when the fit key says so.
+    ``run_tags`` go on every MLflow run (the pipeline's run id). The result is the first phase's, with
+    the second's in ``figures["challenger_phase"]`` and its publications added."""
+    ctx = _context(store, tracking, predictor_dir, settings, log, run_tags)
+    first = _refresh(_Champion(matrix, store, settings), ctx, publish=publish)
+    if not (challenger and publish and first.status == "decided" and first.passed):
+        return first
+    second = _refresh(_Challenger(matrix, store, settings), ctx, publish=publish)
+    return RefreshResult(**{**first.__dict__, "figures": {**first.figures, "challenger_phase": second.decision},
+                            "published": first.published + second.published})
+
+
+def select_challenger(matrix: ResponseMatrix, store: Store, tracking: TrackingConfig, predictor_dir: str | Path,
+                      settings: FitSettings, *, log: Log | None = None, run_tags: Mapping[str, str] | None = None,
                       publish: bool = False) -> RefreshResult:
-    """Refresh one benchmark from its current ``matrix`` (see the module docstring): keep the
-    champion's anchors and refit its predictor, select a challenger, decide with the publishing
-    checks, record the decision; resume or skip when the fit key says so; with ``publish``, publish
-    what passed. ``run_tags`` go on every MLflow run (the pipeline's run id)."""
-    ctx = _Context(store, tracking, Path(predictor_dir), settings, log or logging.getLogger("sparseeval.refresh"),
-                   dict(run_tags or {}))
-    return _refresh(_Benchmark(matrix, store, settings), ctx, publish=publish)
+    """The second phase of a benchmark's refresh, once its refit champion is published: a fresh
+    selection competes with it (:func:`sparseeval.champion.decide`: clearly better, and the champion
+    old enough) and, with its own publishing checks passed, replaces it or is published beside it as
+    challenger. ``skipped`` when this fit key's champion is not a published refit, or when its
+    challenger was decided already."""
+    return _refresh(_Challenger(matrix, store, settings), _context(store, tracking, predictor_dir, settings, log,
+                                                                    run_tags), publish=publish)
 
 
-class _Benchmark:
-    """A benchmark's refresh: champion refit + challenger selection on one split."""
+def _context(store: Store, tracking: TrackingConfig, predictor_dir: str | Path, settings: FitSettings,
+             log: Log | None, run_tags: Mapping[str, str] | None) -> _Context:
+    return _Context(store, tracking, Path(predictor_dir), settings, log or logging.getLogger("sparseeval.refresh"),
+                    dict(run_tags or {}))
+
+
+class _BenchmarkPhase:
+    """What both phases of a benchmark's refresh share: its key, split, bar and candidate saver."""
+
+    step = "candidate"
 
     def __init__(self, matrix: ResponseMatrix, store: Store, settings: FitSettings) -> None:
         self.matrix = matrix
@@ -327,45 +368,38 @@ class _Benchmark:
                 "data_version": self.version, "fit_key": self.key,
                 "threads": cpu_threads()}  # with the seed, what reproduces the fit
 
-    def fit(self, ctx: _Context, run: TrackedRun) -> Proposal:
+    def _prepare(self, ctx: _Context, run: TrackedRun) -> _CandidateSaver:
         matrix, s, db = self.matrix, self.settings, ctx.store
         run.log_matrix(matrix, source=db.path, digest=self.version)
         metadata = db.model_metadata()  # one read: the date split and every artifact's model list
         dates = model_dates(metadata, matrix.models) if s.split_policy == "date" else None
-        self.split = split = split_for_seed(matrix, s.seed, s.protocol(), dates)
-        save = _CandidateSaver(ctx, matrix, split, metadata, self.version, self.k)
+        self.split = split_for_seed(matrix, s.seed, s.protocol(), dates)
+        return _CandidateSaver(ctx, matrix, self.split, metadata, self.version, self.k)
+
+    def _select(self, save: _CandidateSaver, ctx: _Context) -> Candidate:
+        """The fresh selection (fitted, or reused), with the random-linear bar of the split."""
+        matrix, s, split = self.matrix, self.settings, self.split
         fitted = save.obtain("selected", None, lambda: fit_on_split(matrix, split, s.method, self.k, s.seed,
                                                                     device=s.device))
-        self.baseline = save.baseline = baseline_mae(matrix, split, self.k, s.seed, device=s.device)
-        selected = save.save("selected", *fitted)
-        self.selection_seconds = selected.fit_seconds
-        proposed, challenger, reason = selected, None, "first publication: the selected anchors"
-        champion = db.champion(self.name)
-        if champion is not None and (champion["method"], champion["k"], champion["seed"]) == (s.method, self.k,
-                                                                                             s.seed):
-            try:
-                refit = save.save("refit", *save.obtain("refit", champion["items"], lambda: refit_on_anchors(
-                    matrix, split, s.method, champion["items"], s.seed, device=s.device)))
-            except ValueError as exc:
-                reason = f"champion cannot be refit ({exc}): the selected anchors are proposed"
-            else:
-                choice = decide(refit.mae, selected.mae, margin=s.challenger_margin,
-                                published_at=champion["published_at"], now=datetime.now(UTC).replace(tzinfo=None),
-                                min_days=s.challenger_min_days)
-                reason = choice.reason
-                if choice.publish == "refit" and refit.anchor_set_id != selected.anchor_set_id:
-                    proposed, challenger = refit, selected
+        self._bar(save)
+        return save.save("selected", *fitted)
+
+    def _bar(self, save: _CandidateSaver) -> None:
+        s = self.settings
+        self.baseline = save.baseline = baseline_mae(self.matrix, self.split, self.k, s.seed, device=s.device)
+
+    def _proposal(self, proposed: Candidate, challenger: Candidate | None, reason: str) -> Proposal:
         b = self.name
         return Proposal(proposed=proposed, challenger=challenger, reason=reason, mae={b: proposed.mae},
-                        baseline={b: self.baseline}, mean_guess={b: mean_guess_mae(matrix.scores, split)},
+                        baseline={b: self.baseline}, mean_guess={b: mean_guess_mae(self.matrix.scores, self.split)},
                         coverage={b: proposed.coverage}, items=proposed.items, expected_k=self.k,
-                        known_items=set(matrix.items))
+                        known_items=set(self.matrix.items))
 
     def report(self, ctx: _Context, run: TrackedRun, proposal: Proposal, decision: str) -> dict[str, Any]:
         matrix, s, split, proposed = self.matrix, self.settings, self.split, proposal.proposed
         cover = coverage_by_level(matrix, split, proposed.estimator, seed=s.seed)
         run.log_metrics({"test_mae": proposed.mae, "random_linear_mae": self.baseline, "coverage": proposed.coverage,
-                         "selection_seconds": self.selection_seconds,
+                         "selection_seconds": proposed.fit_seconds,
                          **{f"coverage/level_{lv:g}": v for lv, v in cover.items()}})
         with tempfile.TemporaryDirectory() as tmp:
             held = heldout_intervals(matrix, split, proposed.estimator, alpha=s.alpha, seed=s.seed)
@@ -374,10 +408,80 @@ class _Benchmark:
             run.log_artifact(plot_coverage_by_level(cover, Path(tmp) / "coverage_by_level.png", title=self.name,
                                                     n_models=len(split.test)), "plots")
         return {"test_mae_points": round(proposed.mae, 3), "random_linear_mae_points": round(self.baseline, 3),
-                "coverage": proposed.coverage, "k": self.k, "method": s.method, "anchors": proposed.items,
-                "selection_seconds": round(self.selection_seconds, 2), "train_models": len(split.train),
-                "test_models": len(split.test),
+                "coverage": proposed.coverage, "k": self.k, "method": s.method, "origin": proposed.origin,
+                "anchors": proposed.items, "selection_seconds": round(proposed.fit_seconds, 2),
+                "train_models": len(split.train), "test_models": len(split.test),
                 "reused_fits": [c.origin for c in (proposal.proposed, proposal.challenger) if c and c.reused]}
+
+
+class _Champion(_BenchmarkPhase):
+    """Phase 1: the champion's anchors refit on the new data (or, without a champion of this setup,
+    a fresh selection), decided and recorded alone, so it is published without waiting for a challenger."""
+
+    def gate(self, ctx: _Context) -> RefreshResult | None:
+        return _resume_gate(ctx, self.name, self.key, self.version)
+
+    def fit(self, ctx: _Context, run: TrackedRun) -> Proposal:
+        s, db = self.settings, ctx.store
+        save = self._prepare(ctx, run)
+        champion = db.champion(self.name)
+        if champion is None or (champion["method"], champion["k"], champion["seed"]) != (s.method, self.k, s.seed):
+            return self._proposal(self._select(save, ctx), None, "first publication: the selected anchors")
+        try:
+            fitted = save.obtain("refit", champion["items"], lambda: refit_on_anchors(
+                self.matrix, self.split, s.method, champion["items"], s.seed, device=s.device))
+        except ValueError as exc:
+            return self._proposal(self._select(save, ctx), None,
+                                  f"champion cannot be refit ({exc}): the selected anchors are proposed")
+        self._bar(save)
+        # what the challenger phase decides on: the age of the champion this refresh started from
+        save.extra = {"refit_of": {"anchor_set_id": champion["anchor_set_id"],
+                                   "published_at": str(champion["published_at"] or "")}}
+        refit = save.save("refit", *fitted)
+        return self._proposal(refit, None, f"the champion's anchors (#{champion['anchor_set_id']}) refit on the "
+                                           f"new data; a fresh selection challenges it once it is published")
+
+    def record(self, ctx: _Context, proposal: Proposal, checks: list[Check]) -> str:
+        return _record_proposal(ctx, self.name, self.key, self.version, proposal, checks)
+
+
+class _Challenger(_BenchmarkPhase):
+    """Phase 2: a fresh selection against the refit champion this fit key published."""
+
+    step = "challenger"
+
+    def gate(self, ctx: _Context) -> RefreshResult | None:
+        db = ctx.store
+        rows = db.query("SELECT anchor_set_id, origin, role, params FROM anchor_sets WHERE benchmark = $b "
+                        "AND fit_key = $k ORDER BY anchor_set_id", {"b": self.name, "k": self.key}).to_dicts()
+        refit = next((r for r in rows if r["origin"] == "refit" and r["role"] == "champion"), None)
+        if refit is None:
+            return RefreshResult(self.name, "skipped", self.key, self.version,
+                                 "no challenger: this refresh did not publish a refit of the champion (a first or "
+                                 "re-selected publication, a rejection, or a publication still pending)")
+        if any(r["origin"] == "selected" for r in rows):
+            return RefreshResult(self.name, "skipped", self.key, self.version,
+                                 f"challenger of fit key {self.key[:12]} already decided")
+        self.refit = refit
+        return None
+
+    def fit(self, ctx: _Context, run: TrackedRun) -> Proposal:
+        s = self.settings
+        save = self._prepare(ctx, run)
+        selected = self._select(save, ctx)
+        champion = ctx.store.anchor_set(int(self.refit["anchor_set_id"]))
+        started = json.loads(self.refit["params"] or "{}").get("refit_of", {}).get("published_at") or None
+        choice = decide(float(champion["test_mae"]), selected.mae, margin=s.challenger_margin,
+                        published_at=datetime.fromisoformat(started) if started else None,
+                        now=datetime.now(UTC).replace(tzinfo=None), min_days=s.challenger_min_days)
+        self.wins = choice.publish == "challenger" and selected.anchor_set_id != champion["anchor_set_id"]
+        return self._proposal(selected, None, choice.reason)
+
+    def record(self, ctx: _Context, proposal: Proposal, checks: list[Check]) -> str:
+        if self.wins:  # proposed as the new champion (the refit is retired when it is published)
+            return _record_proposal(ctx, self.name, self.key, self.version, proposal, checks)
+        return record_challenger(ctx.store, self.name, fit_key=self.key, data_version=self.version,
+                                 challenger=proposal.proposed.row(), checks=checks)
 
 
 class _CandidateSaver:
@@ -389,6 +493,7 @@ class _CandidateSaver:
         self.ctx, self.matrix, self.split, self.metadata = ctx, matrix, split, metadata
         self.version, self.k = version, k
         self.baseline = float("nan")  #: the random-linear bar on the split, set once fitted
+        self.extra: dict[str, Any] = {}  #: more parameters stored with the next anchor set
 
     def obtain(self, origin: str, items: list[str] | None, fit: Callable[[], AnchorEstimator]
                ) -> tuple[AnchorEstimator, float, bool]:
@@ -419,7 +524,7 @@ class _CandidateSaver:
             weights=None if weights is None else [float(w) for w in weights], seed=s.seed,
             n_train_models=len(self.split.train),
             params={"split": s.split_policy, "val_frac": s.val_frac, "test_frac": s.test_frac, "origin": origin,
-                    "fit_seconds": round(seconds, 3), "device": resolve_device(s.device).type},
+                    "fit_seconds": round(seconds, 3), "device": resolve_device(s.device).type, **self.extra},
             artifact_uri=str(folder.resolve()), predictor_hash=saved.content_hash, origin=origin,
             data_version=self.version, test_mae=mae, baseline_mae=self.baseline, coverage=coverage)
         return Candidate(anchor_set_id, str(folder), saved.content_hash, origin, chosen, mae, coverage, est, seconds,
@@ -479,8 +584,7 @@ def refresh_joint(matrices: Mapping[str, ResponseMatrix], store: Store, tracking
     models with the per-benchmark method at the same total, checked output by output. ``matrices``:
     every benchmark's current matrix (the joint benchmarks are chosen among them; :func:`joint_plan`
     says when none can be fitted, and then the result is ``skipped``)."""
-    ctx = _Context(store, tracking, Path(predictor_dir), settings, log or logging.getLogger("sparseeval.refresh"),
-                   dict(run_tags or {}))
+    ctx = _context(store, tracking, predictor_dir, settings, log, run_tags)
     chosen, why_not = joint_plan(matrices, settings)
     if why_not is not None:
         ctx.log.info("%s: %s", JOINT_METHOD, why_not)
@@ -496,6 +600,7 @@ class _Joint:
     """The joint predictor's refresh: a fresh joint selection, the per-benchmark reference, the bars."""
 
     name = JOINT_METHOD
+    step = "candidate"
 
     def __init__(self, matrices: list[ResponseMatrix], store: Store, settings: FitSettings) -> None:
         self.matrices, self.settings = matrices, settings
@@ -507,6 +612,12 @@ class _Joint:
         self.behind = [f"{m.benchmark} (matrix at data version {m.data_version or '?'}, store at "
                        f"{store_versions.get(m.benchmark, '?')})" for m in matrices
                        if m.data_version and store_versions.get(m.benchmark) not in (None, m.data_version)]
+
+    def gate(self, ctx: _Context) -> RefreshResult | None:
+        return _resume_gate(ctx, self.name, self.key, self.version)
+
+    def record(self, ctx: _Context, proposal: Proposal, checks: list[Check]) -> str:
+        return _record_proposal(ctx, self.name, self.key, self.version, proposal, checks)
 
     def run_params(self) -> dict[str, Any]:
         s = self.settings

@@ -22,15 +22,23 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
-from pipelines.automation import daily_refresh, joint_sensor, new_results_sensor, stale_benchmarks_sensor
+from pipelines.automation import (
+    comparison_sensor,
+    daily_refresh,
+    joint_sensor,
+    new_results_sensor,
+    stale_benchmarks_sensor,
+    weekly_comparison,
+)
 from pipelines.checks import publishing_checks
 from pipelines.definitions import defs
-from pipelines.io_managers import MatrixIOManager, load_matrix
+from pipelines.io_managers import MatrixIOManager
 from pipelines.joint import joint_anchors, joint_champion
 from pipelines.partitions import BENCHMARK_PARTITIONS, add_benchmarks
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from sparseeval.cli import main as cli_main
 from sparseeval.device import cpu_threads
+from sparseeval.matrix_store import MatrixStore
 from sparseeval.publishing import audit
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, scrambled, write_leaderboard
@@ -139,10 +147,13 @@ def test_first_refresh_publishes_a_champion_per_benchmark(pipeline: dict) -> Non
         (None, "candidate"), ("candidate", "proposed"), ("proposed", "champion")]
 
 
-def test_matrix_between_steps_is_npz_not_pickle(pipeline: dict) -> None:
-    path = pipeline["root"] / "io" / "response_matrix" / "arc.npz"
-    matrix = load_matrix(path)  # allow_pickle=False inside
-    assert matrix.benchmark == "arc" and matrix.shape[1] > 0
+def test_matrix_between_steps_is_a_stored_version_not_a_pickle(pipeline: dict) -> None:
+    pointer = json.loads((pipeline["root"] / "io" / "response_matrix" / "arc.json").read_text())
+    folder = Path(pointer["folder"])  # the matrix store beside the DuckDB file, one folder per data version
+    assert folder.parent == pipeline["root"] / "sparseeval.matrices" / "arc"
+    assert sorted(p.name for p in folder.iterdir()) == ["meta.json", "observed.npy", "scores.npy", "values.npy"]
+    matrix = MatrixStore.load(folder)  # plain .npy, allow_pickle=False, memory-mapped
+    assert matrix.benchmark == "arc" and matrix.shape[1] > 0 and matrix.data_version == pointer["data_version"]
     assert not list((pipeline["root"]).rglob("storage/*"))  # Dagster's pickling IO manager stored nothing
 
 
@@ -228,6 +239,49 @@ def test_stale_sensor_follows_the_store_whoever_writes_it(tmp_path: Path) -> Non
         # a changed setting that changes the fit: every benchmark is stale
         changed = {**resources, "settings": SettingsResource(**{**resources["settings"].model_dump(), "alpha": 0.2})}
         assert sorted(r.partition_key for r in _tick(instance, changed).run_requests) == ["arc", "gsm8k", "mmlu"]
+
+
+def test_comparison_runs_after_the_refresh_or_waits_for_its_schedule(tmp_path: Path) -> None:
+    """The comparison is its own job after the refresh published: requested at once for a benchmark never
+    compared, deferred to the weekly schedule when few models are new (the refresh still publishes)."""
+    source = tmp_path / "src"
+    write_leaderboard(generate_leaderboard(n_families=6, models_per_family=8, benchmarks={"arc": 30}, seed=3),
+                      source / "first")
+    resources = _resources(tmp_path, source)
+    refresh_only = [response_matrix, candidate, champion, predictions]
+    db = tmp_path / "sparseeval.duckdb"
+
+    def refresh() -> None:
+        assert dg.materialize([raw_results], resources=resources, instance=instance).success
+        assert dg.materialize([*refresh_only, *publishing_checks], partition_key="arc", resources=resources,
+                              instance=instance, selection=refresh_only).success
+
+    def tick() -> list[dg.RunRequest] | dg.SkipReason:
+        return comparison_sensor(dg.build_sensor_context(
+            instance=instance, definitions=defs,
+            resources={"store": resources["store"], "settings": resources["settings"]}))
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(BENCHMARK_PARTITIONS, ["arc"])
+        refresh()
+        assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'champion'") == 1  # published first
+        assert _count(db, "SELECT count(*) FROM evaluations") == 0
+        requests = tick()
+        assert [r.partition_key for r in requests] == ["arc"] and "never compared" in requests[0].tags["sparseeval/why"]
+        assert dg.materialize([response_matrix, evaluation], partition_key="arc", resources=resources,
+                              instance=instance, selection=[evaluation]).success
+        assert _count(db, "SELECT count(*) FROM evaluations") == 4 and isinstance(tick(), dg.SkipReason)
+        # two new models (4 % of the benchmark): refit and published, the comparison waits for its schedule
+        extra = generate_leaderboard(n_families=1, models_per_family=2, benchmarks={"arc": 30}, seed=9)
+        write_leaderboard(_renamed(extra, "-new"), source / "second")
+        before = _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'retired'")
+        refresh()
+        assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'retired'") > before  # a new champion
+        assert isinstance(tick(), dg.SkipReason)
+        scheduled = weekly_comparison(dg.build_schedule_context(
+            instance=instance, resources={"store": resources["store"], "settings": resources["settings"]},
+            scheduled_execution_time=__import__("datetime").datetime(2026, 1, 4, 4)))
+        assert [r.partition_key for r in scheduled] == ["arc"] and "scheduled" in scheduled[0].tags["sparseeval/why"]
 
 
 def test_new_models_keep_champion_anchors_and_refit(pipeline: dict, tmp_path: Path) -> None:
@@ -378,7 +432,11 @@ def test_predictions_asset_scores_models_with_only_anchor_answers(pipeline: dict
 
 
 def test_definitions_schedule_and_jobs() -> None:
-    assert {j.name for j in defs.resolve_all_job_defs()} >= {"ingest", "refresh"}
+    assert {j.name for j in defs.resolve_all_job_defs()} >= {"ingest", "refresh", "compare"}
+    # the comparison is its own job: a refresh run publishes without waiting for it
+    assert "evaluation" not in {n.name for n in defs.resolve_job_def("refresh").nodes}
+    assert [n.name for n in defs.resolve_job_def("compare").nodes] == ["evaluation"]
+    assert defs.resolve_schedule_def("weekly_comparison").cron_schedule == "0 4 * * 0"
     ctx = dg.build_schedule_context(scheduled_execution_time=__import__("datetime").datetime(2026, 1, 2, 3))
     request = daily_refresh(ctx)
     assert isinstance(request, dg.RunRequest) and request.run_key == "daily-2026-01-02"

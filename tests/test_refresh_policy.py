@@ -1,0 +1,97 @@
+"""The refresh policy as one library operation, called without Dagster: ``sparseeval refresh`` on a real
+DuckDB store and MLflow store, and :func:`refresh_benchmark` directly.
+
+What a refresh decides is the pipeline's contract (tests/test_pipeline.py covers it through Dagster);
+here: the CLI path publishes what passes (DuckDB, registry alias and published folder agree), skips a
+decided fit key, appends new models to the stored matrix and refits the champion's anchors, defers the
+comparison when few models are new; a changed check setting on unchanged data reuses the stored fits
+(only calibration and decision are redone) and gives the same predictor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparseeval.cli import main as cli_main
+from sparseeval.matrix_store import MatrixStore
+from sparseeval.publishing import audit
+from sparseeval.refresh_policy import FitSettings, refresh_benchmark
+from sparseeval.store import Store
+from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.tracking import TrackingConfig, registered_versions
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    for name, value in {"SPARSEEVAL_DATA_DIR": str(tmp_path), "SPARSEEVAL_METHOD": "sparseeval-linear",
+                        "SPARSEEVAL_K": "6", "SPARSEEVAL_COMPARE_METHODS": "random-linear,sparseeval-linear",
+                        "SPARSEEVAL_COMPARE_KS": "6", "SPARSEEVAL_COMPARE_SEEDS": "1",
+                        "SPARSEEVAL_JOINT_BENCHMARKS": "none"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("SPARSEEVAL_DB", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    lb = generate_leaderboard(n_families=12, models_per_family=8, benchmarks={"arc": 40}, seed=4)
+    write_leaderboard(lb, tmp_path / "src" / "first")
+    db = tmp_path / "sparseeval.duckdb"
+    assert cli_main(["-q", "ingest", str(tmp_path / "src" / "first"), "--db", str(db)]) == 0
+    return {"root": tmp_path, "db": db, "tracking": TrackingConfig(data_dir=tmp_path)}
+
+
+def test_cli_refresh_publishes_skips_appends_and_defers_the_comparison(world: dict, capsys) -> None:
+    root, db, tracking = world["root"], world["db"], world["tracking"]
+    assert cli_main(["refresh", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "arc: matrix rebuilt (no stored matrix)" in out and "published #1 as champion" in out
+    assert "never compared" not in out and "arc: comparison: best method" in out  # first comparison runs
+    store = Store(db)
+    assert audit(store, tracking, root / "predictors", "arc") == []
+    # again on unchanged data: nothing refit, nothing registered, the comparison up to date
+    assert cli_main(["refresh", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "matrix unchanged" in out and "already decided" in out and "up to date: compared already" in out
+    assert len(registered_versions(tracking, benchmark="arc")) == 1
+    # a few new models (4 % of the benchmark): appended, champion anchors refit and published, comparison deferred
+    extra = generate_leaderboard(n_families=1, models_per_family=4, benchmarks={"arc": 40}, seed=5)
+    write_leaderboard(_renamed(extra, "-new"), root / "src" / "second")
+    assert cli_main(["-q", "ingest", str(root / "src" / "second"), "--db", str(db)]) == 0
+    first_items = store.champion("arc")["items"]
+    assert cli_main(["refresh", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "matrix appended (4 new models onto 96)" in out, out
+    assert "deferred to the weekly comparison schedule: 4 new models" in out
+    assert store.champion("arc")["items"] == first_items  # the anchors users already ran stay valid
+    assert store.champion("arc")["origin"] == "refit"
+    assert audit(store, tracking, root / "predictors", "arc") == []
+    assert MatrixStore.beside(store).latest("arc")[1]["how"] == "appended"
+
+
+def test_a_changed_check_setting_reuses_the_stored_fits(world: dict) -> None:
+    root, db, tracking = world["root"], world["db"], world["tracking"]
+    store = Store(db)
+    matrix = MatrixStore.beside(store).update(store, "arc").matrix
+    settings = FitSettings(k=6, method="sparseeval-linear")
+    first = refresh_benchmark(matrix, store, tracking, root / "predictors", settings, publish=True)
+    assert first.status == "decided" and first.figures["reused_fits"] == [] and first.published
+    again = refresh_benchmark(matrix, store, tracking, root / "predictors", settings, publish=True)
+    assert again.status == "skipped"
+    looser = FitSettings(k=6, method="sparseeval-linear", coverage_tolerance=0.2)  # a new fit key, the same fits
+    third = refresh_benchmark(matrix, store, tracking, root / "predictors", looser, publish=True)
+    assert third.status == "decided" and third.fit_key != first.fit_key
+    assert "selected" in third.figures["reused_fits"] and "refit" not in third.figures["reused_fits"]
+    assert third.figures["anchors"] == first.figures["anchors"]  # the same selection, loaded not refitted
+    assert audit(store, tracking, root / "predictors", "arc") == []
+
+
+def _renamed(lb, suffix: str):
+    """The same synthetic leaderboard under other model names (generated names repeat across seeds)."""
+    from dataclasses import replace
+
+    import polars as pl
+
+    rename = pl.col("model") + suffix
+    return replace(lb, responses=lb.responses.with_columns(rename), scores=lb.scores.with_columns(rename),
+                   models=lb.models.with_columns(rename, base_model=pl.col("base_model") + suffix))
