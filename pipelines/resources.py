@@ -94,25 +94,29 @@ class SourceResource(dg.ConfigurableResource):
         return root
 
 
+_FIT, _COMPARE = FitSettings(), ComparisonSettings()
+
+
 class SettingsResource(dg.ConfigurableResource):
     """Selection, publishing and comparison settings shared by every asset of a run
     (defaults: :mod:`sparseeval.settings`)."""
 
-    k: int = defaults.DEFAULT_K
-    method: str = defaults.DEFAULT_METHOD
-    seed: int = 0
-    val_frac: float = 0.1
-    test_frac: float = 0.2
-    split_policy: str = "random"
-    device: str = "auto"
-    alpha: float = defaults.DEFAULT_ALPHA  #: 1 - interval coverage
-    compare_methods: str = defaults.SETTINGS["compare_methods"].default
-    compare_ks: str = defaults.SETTINGS["compare_ks"].default
-    compare_seeds: int = int(defaults.SETTINGS["compare_seeds"].default)
-    compare_new_share: float = float(defaults.SETTINGS["compare_new_share"].default)
-    challenger_margin: float = float(defaults.SETTINGS["challenger_margin"].default)
-    challenger_min_days: float = float(defaults.SETTINGS["challenger_min_days"].default)
-    coverage_tolerance: float = float(defaults.SETTINGS["coverage_tolerance"].default)
+    # the library's defaults (FitSettings, ComparisonSettings), as Dagster config the UI shows and edits
+    k: int = _FIT.k
+    method: str = _FIT.method
+    seed: int = _FIT.seed
+    val_frac: float = _FIT.val_frac
+    test_frac: float = _FIT.test_frac
+    split_policy: str = _FIT.split_policy
+    device: str = _FIT.device
+    alpha: float = _FIT.alpha  #: 1 - interval coverage
+    compare_methods: str = ",".join(_COMPARE.methods)
+    compare_ks: str = ",".join(map(str, _COMPARE.ks))
+    compare_seeds: int = _COMPARE.seeds
+    compare_new_share: float = _COMPARE.new_share
+    challenger_margin: float = _FIT.challenger_margin
+    challenger_min_days: float = _FIT.challenger_min_days
+    coverage_tolerance: float = _FIT.coverage_tolerance
     predictor_dir: str = "data/predictors"
     joint_benchmarks: str = ""  #: benchmarks of the joint predictor ("" every plain one, "none" off)
 

@@ -20,6 +20,7 @@ retried.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -35,7 +36,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from pipelines.automation import joint_sensor, new_results_sensor, stale_benchmarks_sensor
+from pipelines.automation import comparison_sensor, joint_sensor, new_results_sensor, stale_benchmarks_sensor
 from pipelines.io_managers import MatrixIOManager
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from sparseeval.publishing import FAILPOINTS, audit, leftovers
@@ -43,7 +44,7 @@ from sparseeval.store import Store
 from sparseeval.synthetic import SyntheticLeaderboard, generate_leaderboard, scrambled, write_leaderboard
 from sparseeval.tracking import registered_versions
 
-SENSORS = (new_results_sensor, stale_benchmarks_sensor, joint_sensor)
+SENSORS = (new_results_sensor, stale_benchmarks_sensor, comparison_sensor, joint_sensor)
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 #: the cycle of special days (day % CYCLE); every other day brings new models
 CYCLE = 20
@@ -202,10 +203,38 @@ class Simulation:
                         str(self.root / "sparseeval.duckdb")]) != 0:
                     raise RuntimeError(f"day {day}: the CLI ingest failed")
                 events.append(f"{len(models)} new models by 'sparseeval ingest'")
+                # one of them refreshed by the command line too: the library's refresh without Dagster, whose
+                # decision the sensors must then see as made
+                with self._cli_settings():
+                    code = cli(["-q", "refresh", "--db", str(self.root / "sparseeval.duckdb"), "--benchmark", pair[0],
+                                "--predictors", self.settings["predictor_dir"]])
+                if code not in (0, 1):  # 1: a proposal failed its checks (a noisy benchmark), which is an outcome
+                    raise RuntimeError(f"day {day}: the CLI refresh failed ({code})")
+                events.append(f"{pair[0]} refreshed by 'sparseeval refresh'")
             else:
                 write_leaderboard(lb, self.source / f"day-{day:03d}")
                 events.append(f"{len(models)} new models")
         return events
+
+    @contextlib.contextmanager
+    def _cli_settings(self) -> Any:
+        """The simulated deployment's settings as the command line reads them (``$SPARSEEVAL_*``)."""
+        names = {"k": "SPARSEEVAL_K", "method": "SPARSEEVAL_METHOD", "seed": "SPARSEEVAL_SEED",
+                 "alpha": "SPARSEEVAL_ALPHA", "compare_methods": "SPARSEEVAL_COMPARE_METHODS",
+                 "compare_ks": "SPARSEEVAL_COMPARE_KS", "compare_seeds": "SPARSEEVAL_COMPARE_SEEDS",
+                 "joint_benchmarks": "SPARSEEVAL_JOINT_BENCHMARKS"}
+        wanted = {env: str(self.settings[name]) for name, env in names.items() if name in self.settings}
+        wanted["SPARSEEVAL_DATA_DIR"] = str(self.root)  # the MLflow store the resources use
+        saved = {env: os.environ.get(env) for env in wanted}
+        os.environ.update(wanted)
+        try:
+            yield
+        finally:
+            for env, value in saved.items():
+                if value is None:
+                    os.environ.pop(env, None)
+                else:
+                    os.environ[env] = value
 
     def _anchor_only(self, day: int) -> list[str]:
         """A newcomer that ran only arc's published anchors (no full score)."""

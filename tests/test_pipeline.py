@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipelines.assets import candidate, champion, evaluation, predictions, raw_results, response_matrix
+from pipelines.assets import candidate, challenger, champion, evaluation, predictions, raw_results, response_matrix
 from pipelines.automation import (
     comparison_sensor,
     daily_refresh,
@@ -43,7 +43,7 @@ from sparseeval.publishing import audit
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, scrambled, write_leaderboard
 
-PARTITIONED = [response_matrix, candidate, champion, evaluation, predictions]
+PARTITIONED = [response_matrix, candidate, champion, challenger, evaluation, predictions]
 #: what a refresh run materializes: the partitioned assets and their standalone checks
 REFRESH = [*PARTITIONED, *publishing_checks]
 K = 8
@@ -248,7 +248,7 @@ def test_comparison_runs_after_the_refresh_or_waits_for_its_schedule(tmp_path: P
     write_leaderboard(generate_leaderboard(n_families=6, models_per_family=8, benchmarks={"arc": 30}, seed=3),
                       source / "first")
     resources = _resources(tmp_path, source)
-    refresh_only = [response_matrix, candidate, champion, predictions]
+    refresh_only = [response_matrix, candidate, champion, challenger, predictions]
     db = tmp_path / "sparseeval.duckdb"
 
     def refresh() -> None:
@@ -325,7 +325,8 @@ def test_new_models_keep_champion_anchors_and_refit(pipeline: dict, tmp_path: Pa
     write_leaderboard(_renamed(even_more, "-third"), source / "third")
     eager = _resources(root, source, challenger_min_days=0.0, challenger_margin=-10.0)
     result = _refresh(eager, instance)["runs"]["arc"]
-    assert "beats the champion's refit" in _meta(result, "candidate")["decision"]
+    assert "refit on the new data" in _meta(result, "candidate")["decision"]  # published first, then challenged
+    assert "beats the champion's refit" in _meta(result, "challenger")["decision"]
     assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'champion' AND origin = 'selected'") == 1
 
 
