@@ -83,15 +83,23 @@ def split_for_seed(matrix: ResponseMatrix, seed: int, config: ProtocolConfig,
                       test_frac=config.test_frac, seed=seed, dates=dates)
 
 
+def split_rows(matrix: ResponseMatrix, split: Split) -> tuple[np.ndarray, np.ndarray | None]:
+    """The training and validation rows (NaN where unobserved) every fit on ``split`` reads: a
+    comparison computes them once per split for all its fits (at leaderboard scale 600 MB each time;
+    no estimator writes into its input, ``tests/test_evaluation.py`` checks every method). Only those
+    rows are copied, never the whole matrix first."""
+    return matrix.with_nan_at(split.train), matrix.with_nan_at(split.val) if len(split.val) else None
+
+
 def fit_on_split(matrix: ResponseMatrix, split: Split, method: str, k: int, seed: int, *,
-                 device: str = "auto", params: dict[str, Any] | None = None) -> AnchorEstimator:
+                 device: str = "auto", params: dict[str, Any] | None = None,
+                 rows: tuple[np.ndarray, np.ndarray | None] | None = None) -> AnchorEstimator:
     """Fit ``method`` on the split's training models only; validation models (if the split has any)
-    go in as ``Y_val``, otherwise the estimator makes its own choices from training models."""
+    go in as ``Y_val``, otherwise the estimator makes its own choices from training models. ``rows``:
+    :func:`split_rows` of this matrix and split, when the caller reuses them across fits."""
     est = make_estimator(method, k, random_state=seed, device=device, **(params or {}))
-    has_val = len(split.val) > 0
-    # the training and validation rows only (never a copy of the whole matrix first: 840 MB at scale)
-    return est.fit(matrix.with_nan_at(split.train), matrix.scores[split.train],
-                   matrix.with_nan_at(split.val) if has_val else None, matrix.scores[split.val] if has_val else None)
+    train, val = rows if rows is not None else split_rows(matrix, split)
+    return est.fit(train, matrix.scores[split.train], val, matrix.scores[split.val] if val is not None else None)
 
 
 def score_on_split(matrix: ResponseMatrix, split: Split, est: AnchorEstimator) -> np.ndarray:
@@ -103,14 +111,15 @@ def score_on_split(matrix: ResponseMatrix, split: Split, est: AnchorEstimator) -
 def evaluate_method(matrix: ResponseMatrix, split: Split, method: str, k: int, seed: int, *,
                     config: ProtocolConfig, device: str = "auto",
                     params: dict[str, Any] | None = None,
-                    fitted: tuple[AnchorEstimator, float] | None = None) -> tuple[EvalResult, AnchorEstimator]:
+                    fitted: tuple[AnchorEstimator, float] | None = None,
+                    rows: tuple[np.ndarray, np.ndarray | None] | None = None) -> tuple[EvalResult, AnchorEstimator]:
     """Fit, predict and score one method on one split; returns the result and the fitted estimator.
 
     ``fitted``: (estimator, seconds its fit took) already fitted with exactly this (method, k, seed)
     on this split (the pipeline's published fit), scored instead of fitting the costliest cell twice."""
     t0 = time.perf_counter() - (fitted[1] if fitted is not None else 0.0)
     est = fitted[0] if fitted is not None else fit_on_split(matrix, split, method, k, seed, device=device,
-                                                            params=params)
+                                                            params=params, rows=rows)
     pred = score_on_split(matrix, split, est)
     seconds = time.perf_counter() - t0
     m = score_metrics(pred, matrix.scores[split.test])
@@ -146,6 +155,7 @@ def run_protocol(matrix: ResponseMatrix, methods: Iterable[str], ks: Iterable[in
     n_items = len(matrix.items)
     for seed in seeds:
         split = split_for_seed(matrix, seed, config, dates)
+        rows = split_rows(matrix, split)  # read once per split, shared (read-only) by every fit on it
         for k in ks:
             if k > n_items:
                 log.warning("%s: skipping K=%d, the benchmark has only %d items",
@@ -154,7 +164,7 @@ def run_protocol(matrix: ResponseMatrix, methods: Iterable[str], ks: Iterable[in
             for method in methods:
                 result, _ = evaluate_method(matrix, split, method, k, seed, config=config, device=device,
                                             params=(method_params or {}).get(method),
-                                            fitted=(fitted or {}).get((method, k, seed)))
+                                            fitted=(fitted or {}).get((method, k, seed)), rows=rows)
                 results.append(result)
                 if progress is not None:
                     progress(result)

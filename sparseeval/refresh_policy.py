@@ -321,13 +321,15 @@ def refresh_benchmark(matrix: ResponseMatrix, store: Store, tracking: TrackingCo
     with the publishing checks, record; with ``publish``, publish it; (2) with ``challenger`` (and once
     the refit is published), :func:`select_challenger`. Resume or skip when the fit key says so.
     ``run_tags`` go on every MLflow run (the pipeline's run id). The result is the first phase's, with
-    the second's in ``figures["challenger_phase"]`` and its publications added."""
+    the second's decision and figures in ``figures["challenger"]`` and its publications added."""
     ctx = _context(store, tracking, predictor_dir, settings, log, run_tags)
     first = _refresh(_Champion(matrix, store, settings), ctx, publish=publish)
     if not (challenger and publish and first.status == "decided" and first.passed):
         return first
     second = _refresh(_Challenger(matrix, store, settings), ctx, publish=publish)
-    return RefreshResult(**{**first.__dict__, "figures": {**first.figures, "challenger_phase": second.decision},
+    rival = {"status": second.status, "decision": second.decision, "anchor_set": second.proposed,
+             **{k: v for k, v in second.figures.items() if k != "anchors"}}
+    return RefreshResult(**{**first.__dict__, "figures": {**first.figures, "challenger": rival},
                             "published": first.published + second.published})
 
 

@@ -12,9 +12,17 @@ import polars as pl
 import pytest
 
 from sparseeval.cli import main
-from sparseeval.evaluation import ProtocolConfig, fit_on_split, run_protocol, score_on_split, split_for_seed, summarize
+from sparseeval.evaluation import (
+    ProtocolConfig,
+    fit_on_split,
+    run_protocol,
+    score_on_split,
+    split_for_seed,
+    split_rows,
+    summarize,
+)
 from sparseeval.matrix import ResponseMatrix, build_matrix
-from sparseeval.methods import make_estimator
+from sparseeval.methods import available_methods, make_estimator
 from sparseeval.metrics import score_metrics
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
 
@@ -30,6 +38,21 @@ def test_all_methods_share_each_seeds_split(synthetic_matrix: ResponseMatrix) ->
     summary = summarize(results)
     assert summary.height == 6 and set(summary["seeds"].to_list()) == {2}
     assert summary["mae_sd"].is_not_null().all()
+
+
+def test_no_method_writes_into_the_rows_a_comparison_shares(synthetic_matrix: ResponseMatrix) -> None:
+    """A comparison reads a split's rows once and hands the same arrays to every fit: each method must
+    leave them as it found them (the next method would otherwise see another matrix)."""
+    split = split_for_seed(synthetic_matrix, 0, ProtocolConfig())
+    rows = split_rows(synthetic_matrix, split)
+    before = [r.copy() for r in rows if r is not None]
+    for method in available_methods():
+        if method == "sparseeval-joint":  # needs benchmark groups: its own protocol (run_joint_protocol)
+            continue
+        fit_on_split(synthetic_matrix, split, method, 5, 0, device="cpu", rows=rows,
+                     params={"max_iter": 20, "n_init": 1} if "irt" in method else None)
+        assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(before, [r for r in rows if r is not None],
+                                                                            strict=True)), method
 
 
 def test_k_larger_than_pool_is_skipped_not_fatal(synthetic_matrix: ResponseMatrix) -> None:

@@ -117,8 +117,9 @@ def test_pipeline_on_hostile_benchmark_names(tmp_path: Path) -> None:
     predictors = root / "predictors"
     assert sorted(p.name for p in predictors.iterdir()) == sorted([".versions", *(slug(b) for b in names)])
     assert sorted(p.name for p in (predictors / ".versions").iterdir()) == sorted(slug(b) for b in names)
-    assert sorted(p.name for p in (root / "io" / "response_matrix").iterdir()) == sorted(f"{slug(b)}.npz"
+    assert sorted(p.name for p in (root / "io" / "response_matrix").iterdir()) == sorted(f"{slug(b)}.json"
                                                                                          for b in names)
+    assert sorted(p.name for p in (root / "sparseeval.matrices").iterdir()) == sorted(slug(b) for b in names)
     client = MlflowClient(resources["tracking"].config().resolved_tracking_uri)
     assert sorted(m.name for m in client.search_registered_models()) == sorted(registered_model_name(b)
                                                                              for b in names)

@@ -258,30 +258,29 @@ def test_comparison_runs_after_the_refresh_or_waits_for_its_schedule(tmp_path: P
 
     def tick() -> list[dg.RunRequest] | dg.SkipReason:
         return comparison_sensor(dg.build_sensor_context(
-            instance=instance, definitions=defs,
-            resources={"store": resources["store"], "settings": resources["settings"]}))
+            instance=instance, resources={"store": resources["store"], "settings": resources["settings"]}))
 
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions(BENCHMARK_PARTITIONS, ["arc"])
-        refresh()
-        assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'champion'") == 1  # published first
-        assert _count(db, "SELECT count(*) FROM evaluations") == 0
-        requests = tick()
-        assert [r.partition_key for r in requests] == ["arc"] and "never compared" in requests[0].tags["sparseeval/why"]
-        assert dg.materialize([response_matrix, evaluation], partition_key="arc", resources=resources,
-                              instance=instance, selection=[evaluation]).success
-        assert _count(db, "SELECT count(*) FROM evaluations") == 4 and isinstance(tick(), dg.SkipReason)
-        # two new models (4 % of the benchmark): refit and published, the comparison waits for its schedule
-        extra = generate_leaderboard(n_families=1, models_per_family=2, benchmarks={"arc": 30}, seed=9)
-        write_leaderboard(_renamed(extra, "-new"), source / "second")
-        before = _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'retired'")
-        refresh()
-        assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'retired'") > before  # a new champion
-        assert isinstance(tick(), dg.SkipReason)
-        scheduled = weekly_comparison(dg.build_schedule_context(
-            instance=instance, resources={"store": resources["store"], "settings": resources["settings"]},
-            scheduled_execution_time=__import__("datetime").datetime(2026, 1, 4, 4)))
-        assert [r.partition_key for r in scheduled] == ["arc"] and "scheduled" in scheduled[0].tags["sparseeval/why"]
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(BENCHMARK_PARTITIONS, ["arc"])
+    refresh()
+    assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'champion'") == 1  # published first
+    assert _count(db, "SELECT count(*) FROM evaluations") == 0
+    requests = tick()
+    assert [r.partition_key for r in requests] == ["arc"] and "never compared" in requests[0].tags["sparseeval/why"]
+    assert dg.materialize([response_matrix, evaluation], partition_key="arc", resources=resources,
+                          instance=instance, selection=[evaluation]).success
+    assert _count(db, "SELECT count(*) FROM evaluations") == 4 and isinstance(tick(), dg.SkipReason)
+    # two new models (4 % of the benchmark): refit and published, the comparison waits for its schedule
+    extra = generate_leaderboard(n_families=1, models_per_family=2, benchmarks={"arc": 30}, seed=9)
+    write_leaderboard(_renamed(extra, "-new"), source / "second")
+    before = _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'retired'")
+    refresh()
+    assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'retired'") > before  # a new champion
+    assert isinstance(tick(), dg.SkipReason)
+    scheduled = weekly_comparison(dg.build_schedule_context(
+        instance=instance, resources={"store": resources["store"], "settings": resources["settings"]},
+        scheduled_execution_time=__import__("datetime").datetime(2026, 1, 4, 4)))
+    assert [r.partition_key for r in scheduled] == ["arc"] and "scheduled" in scheduled[0].tags["sparseeval/why"]
 
 
 def test_new_models_keep_champion_anchors_and_refit(pipeline: dict, tmp_path: Path) -> None:

@@ -81,8 +81,17 @@ def test_a_changed_check_setting_reuses_the_stored_fits(world: dict) -> None:
     looser = FitSettings(k=6, method="sparseeval-linear", coverage_tolerance=0.2)  # a new fit key, the same fits
     third = refresh_benchmark(matrix, store, tracking, root / "predictors", looser, publish=True)
     assert third.status == "decided" and third.fit_key != first.fit_key
-    assert "selected" in third.figures["reused_fits"] and "refit" not in third.figures["reused_fits"]
-    assert third.figures["anchors"] == first.figures["anchors"]  # the same selection, loaded not refitted
+    assert third.figures["origin"] == "refit" and third.figures["reused_fits"] == []  # no refit stored yet
+    rival = third.figures["challenger"]  # selected after the refit's publication, on the same data: reused
+    assert rival["status"] == "decided" and rival["reused_fits"] == ["selected"], rival
+    assert third.figures["anchors"] == first.figures["anchors"]  # the champion's anchors kept
+    # the same again under another tolerance: the refit is stored too, nothing is fitted, and it reproduces the
+    # published champion exactly (the same predictor): nothing to publish, no new registry version
+    versions = len(registered_versions(tracking, benchmark="arc"))
+    fourth = refresh_benchmark(matrix, store, tracking, root / "predictors",
+                               FitSettings(k=6, method="sparseeval-linear", coverage_tolerance=0.3), publish=True)
+    assert fourth.figures["reused_fits"] == ["refit"] and "reproduced champion" in fourth.decision
+    assert not fourth.published and len(registered_versions(tracking, benchmark="arc")) == versions
     assert audit(store, tracking, root / "predictors", "arc") == []
 
 

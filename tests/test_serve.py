@@ -245,10 +245,11 @@ def test_sensor_chain_survives_a_daemon_kill_and_publishes_through_the_services(
     assert served.pid("daemon") != daemon
     assert {n: served.pid(n) for n in others} == others
 
-    def chain_done(runs: list[dict]) -> bool:
-        return bool(_by_job(runs, "joint")) and all(r["status"] in TERMINAL for r in runs)
+    def chain_done(runs: list[dict]) -> bool:  # the comparison is its own job, after each refresh
+        return bool(_by_job(runs, "joint")) and len(_by_job(runs, "compare")) == len(BENCHMARKS) \
+            and all(r["status"] in TERMINAL for r in runs)
 
-    runs = served.wait("ingest -> refresh x2 -> joint", chain_done)
+    runs = served.wait("ingest -> refresh x2 -> joint, compare x2", chain_done)
     assert [r["status"] for r in _by_job(runs, "ingest")] == ["SUCCESS"]  # the restart requested nothing twice
     refreshes = _by_job(runs, "refresh")
     assert sorted(_partition(r) for r in refreshes) == BENCHMARKS  # the changed partitions, once each

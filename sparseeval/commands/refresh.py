@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         published = "; ".join(f"#{p.anchor_set_id} as {p.alias} (registry version {p.registry_version})"
                               for p in result.published)
         print(f"{bench}: matrix {update.describe()}; {result.decision}"
-              + (f"; published {published}" if published else ""))
+              + (f"; challenger: {result.figures['challenger']['decision']}" if "challenger" in result.figures
+                 else "") + (f"; published {published}" if published else ""))
         due = comparison_due(store, bench, compare, version=result.data_version or None)
         if args.compare == "always" or (args.compare == "due" and due.due):
             done = compare_methods(update.matrix, store, tracking, compare, log=log)
