@@ -13,7 +13,8 @@ export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install run test test-fast lint ui mlflow-ui serve serve-stop bench-serve clean bench-accuracy bench-speed \
-	bench-ingest bench-coverage bench-refresh bench-simulate bench-ui bench-sql-start bench-hub-refresh
+	bench-ingest bench-coverage bench-refresh bench-simulate bench-ui bench-sql-start bench-hub-refresh \
+	bench-days
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -73,6 +74,11 @@ bench-coverage: install
 
 bench-refresh: install
 	$(PY) bench/refresh.py --quick
+
+# a leaderboard's daily refresh replayed through run_all: day 1 (7,000 x 30,000) and day 2 (+100 models);
+# BEFORE=<checkout of the previous code> runs it side by side
+bench-days: install
+	$(PY) bench/days.py $(if $(BEFORE),--before $(BEFORE)) --workdir $(SPARSEEVAL_DATA_DIR)/days
 
 bench-hub-refresh: install
 	$(PY) bench/hub_refresh.py

@@ -26,6 +26,9 @@ Phases, each in a fresh interpreter so ``ru_maxrss`` is that phase's own peak RS
     python bench/scale.py --sizes 7000x30000 --fits sparseeval-linear:20,sparseeval-linear:100
     python bench/scale.py --out docs/results/scale.csv
 
+The daily refresh through the real pipeline (day 1 the whole leaderboard, day 2 new models appended) is
+``bench/days.py``, which generates its data with :func:`generate` (``new_models``).
+
 Growth exponents: ``log seconds = c + a log N + b log M`` fitted by least squares per phase over the
 grid (printed, and written next to the CSV as ``*_exponents.csv``). Run it on a quiet machine, one
 process at a time; the load average is recorded with every row.

@@ -234,17 +234,15 @@ def publish_open(context: dg.AssetExecutionContext, bench: str, store: StoreReso
                       "published by this refresh, or its challenger decided already: no materialization.")
 def challenger(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
                settings: SettingsResource, tracking: TrackingResource):
-    db = store.store()
-    result = select_challenger(response_matrix, db, tracking.config(), settings.predictor_dir, settings.fit(),
-                               log=context.log, run_tags={"dagster.run_id": context.run_id}, publish=True)
+    result = select_challenger(response_matrix, store.store(), tracking.config(), settings.predictor_dir,
+                               settings.fit(), log=context.log, run_tags={"dagster.run_id": context.run_id},
+                               publish=True)
     if result.status == "skipped":
         context.log.info("%s: %s", response_matrix.benchmark, result.decision)
         return
-    scored = score_anchor_only_models(db, response_matrix.benchmark) \
-        if any(p.alias == "champion" for p in result.published) else 0
     published = [f"#{p.anchor_set_id} as {p.alias} (registry version {p.registry_version})" for p in result.published]
     yield dg.MaterializeResult(metadata={**refresh_metadata(result), "published": dg.MetadataValue.json(published),
-                                         "models_scored": scored})
+                                         "models_scored": result.models_scored})
 
 
 # --- comparison (its own job, after publication) and predictions --------------------------------------

@@ -20,7 +20,8 @@ import dagster as dg
 from pipelines.definitions import defs
 from pipelines.partitions import add_benchmarks, partition_key
 from sparseeval import settings
-from sparseeval.comparison import comparison_due
+from sparseeval.comparison import ComparisonSettings, comparison_due
+from sparseeval.store import Store
 
 #: step-level DEBUG events stay in the Dagster UI; the terminal gets INFO (progress and results)
 INFO_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
@@ -67,9 +68,10 @@ def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:
             f"  {'':<12} {published.get('decision') or fit.get('decision', '')}")
 
 
-def _comparisons(instance: dg.DagsterInstance, resources: dict, names: list[str]) -> tuple[list[str], bool]:
+def _comparisons(instance: dg.DagsterInstance, names: list[str]) -> tuple[list[str], bool]:
     """The ``compare`` job for every benchmark whose comparison is due now; the others say why not."""
-    db, cmp = resources["store"].store(), resources["settings"].comparison()
+    # the store and settings the resources read from the environment (their EnvVars resolve only inside a run)
+    db, cmp = Store(settings.db_path()), ComparisonSettings.from_environment()
     job = defs.resolve_job_def("compare")
     lines, ok = [], True
     for name in names:
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         ok &= result.success
         lines.append(_joint_line(result, time.perf_counter() - t0))
     resources = defs.resources or {}
-    compared, compared_ok = _comparisons(instance, resources, names)
+    compared, compared_ok = _comparisons(instance, names)
     lines += compared
     ok &= compared_ok
     db = settings.db_path().resolve()

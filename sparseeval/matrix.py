@@ -160,18 +160,23 @@ def build_matrix(responses: pl.DataFrame | pl.LazyFrame, scores: pl.DataFrame | 
         cells += col_of[part.get_column("item_id").to_physical().to_numpy()]
         flat[cells] = part.get_column("score").to_numpy()
     del coded, part, cells
+    scored = None if scores is None else scores.lazy().filter(pl.col("benchmark") == benchmark).collect()
+    return assemble_matrix(benchmark, models, items, values, scored, row_mean_is_score=row_mean_is_score)
+
+
+def assemble_matrix(benchmark: str, models: list[str], items: list[str], values: np.ndarray,
+                    scores: pl.DataFrame | None, *, row_mean_is_score: bool = False) -> ResponseMatrix:
+    """The matrix from its sorted ``models`` and ``items`` and ``values`` with NaN where unobserved
+    (taken over and changed in place), with the target rules of :func:`build_matrix` (``scores``: the
+    benchmark's reported scores, model and score): the one place they are applied, whoever coded the
+    cells."""
+    n_models = len(models)
     observed = ~np.isnan(values)
     values[~observed] = 0.0
-
     reported = np.full(n_models, np.nan, dtype=np.float64)
-    if scores is not None:
-        sc = (
-            scores.lazy()
-            .filter(pl.col("benchmark") == benchmark)
-            .select(pl.col("model").cast(pl.String), pl.col("score").cast(pl.Float64).alias("target"))
-            .collect()
-            .join(pl.DataFrame({"model": models, "row": np.arange(n_models, dtype=np.int64)}), on="model")
-        )
+    if scores is not None and scores.height:
+        sc = (scores.select(pl.col("model").cast(pl.String), pl.col("score").cast(pl.Float64).alias("target"))
+              .join(pl.DataFrame({"model": models, "row": np.arange(n_models, dtype=np.int64)}), on="model"))
         reported[sc.get_column("row").to_numpy()] = sc.get_column("target").to_numpy()
     complete = observed.all(axis=1)
     row_mean = values.mean(axis=1, dtype=np.float64)

@@ -168,7 +168,7 @@ class MatrixStore:
                     added = len(delta.models) + len(delta.dropped_models)
                     return MatrixUpdate(matrix, "appended", f"{added} new models onto {len(old.models)}", added,
                                         time.perf_counter() - t0)
-            built = build_matrix(*store.load_long(benchmark, lazy=True), benchmark)
+            built = store.read_matrix(benchmark)
         matrix = self._write(benchmark, version, max_run, "rebuilt", lambda alloc: built)
         return MatrixUpdate(matrix, "rebuilt", why or "", len(built.models), time.perf_counter() - t0)
 

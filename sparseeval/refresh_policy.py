@@ -71,7 +71,14 @@ from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods.base import AnchorEstimator
 from sparseeval.methods.joint import JOINT_METHOD, JOINT_SEP, MEAN, common_models, joint_data, restrict_models
 from sparseeval.plots import coverage_by_level, heldout_intervals, plot_coverage_by_level, plot_predicted_vs_true
-from sparseeval.publishing import Published, Publisher, record_challenger, record_decision, save_version
+from sparseeval.publishing import (
+    Published,
+    Publisher,
+    record_challenger,
+    record_decision,
+    save_version,
+    score_anchor_only_models,
+)
 from sparseeval.refresh import Check, fit_key, joint_data_version, publishing_checks, up_to_date
 from sparseeval.scoring import artifact_from_fit, joint_artifact_from_fit
 from sparseeval.sources import model_dates
@@ -193,6 +200,7 @@ class RefreshResult:
     checks: tuple[Check, ...] = ()
     figures: dict[str, Any] = field(default_factory=dict)
     published: tuple[Published, ...] = ()
+    models_scored: int = 0  #: anchor-only models scored by a champion this call published
 
     @property
     def passed(self) -> bool:
@@ -282,7 +290,10 @@ def _refresh(subject: _Subject, ctx: _Context, *, publish: bool) -> RefreshResul
     publisher = Publisher(ctx.store, ctx.tracking, ctx.predictor_dir, run_tags=ctx.run_tags)
     with ctx.store.publishing_once():
         done = tuple(publisher.publish_open(name))
-    return RefreshResult(**{**result.__dict__, "published": done})
+        # a new champion scores the models that ran only the anchors (as the pipeline's publish step does)
+        scored = score_anchor_only_models(ctx.store, name) \
+            if name != JOINT_METHOD and any(p.alias == "champion" for p in done) else 0
+    return RefreshResult(**{**result.__dict__, "published": done, "models_scored": scored})
 
 
 def _resume_gate(ctx: _Context, name: str, key: str, version: str) -> RefreshResult | None:
@@ -330,7 +341,8 @@ def refresh_benchmark(matrix: ResponseMatrix, store: Store, tracking: TrackingCo
     rival = {"status": second.status, "decision": second.decision, "anchor_set": second.proposed,
              **{k: v for k, v in second.figures.items() if k != "anchors"}}
     return RefreshResult(**{**first.__dict__, "figures": {**first.figures, "challenger": rival},
-                            "published": first.published + second.published})
+                            "published": first.published + second.published,
+                            "models_scored": first.models_scored + second.models_scored})
 
 
 def select_challenger(matrix: ResponseMatrix, store: Store, tracking: TrackingConfig, predictor_dir: str | Path,

@@ -136,6 +136,7 @@ def _db_rows() -> list[Row]:
             rows.append((f"ingest --db {label}", lambda r, b=bad: ["ingest", "--db", str(r / b),
                                                                      str(r / "data")], "--db"))
         rows += [
+            (f"refresh --db {label}", lambda r, b=bad: ["refresh", "--db", str(r / b)], "--db"),
             (f"sql --db {label}", lambda r, b=bad: ["sql", "--db", str(r / b), "SELECT 1"], "--db"),
             (f"doctor --db {label}", lambda r, b=bad: ["doctor", "--db", str(r / b)], "--db"),
         ]
@@ -226,6 +227,8 @@ VALUE_ROWS: list[Row] = [
                                                         "--answers", str(r / "other.parquet")], "--answers"),
     ("compare unknown model", lambda r: ["compare", "org0/model-0", "nobody/none", "--predictor",
                                          str(r / "predictor"), "--answers", str(r / "answers.parquet")], "nobody/none"),
+    ("refresh --benchmark unknown", lambda r: ["refresh", "--db", str(r / "store.duckdb"), "--benchmark", "nope"],
+     "--benchmark"),
     ("sql syntax error", lambda r: ["sql", "--db", str(r / "store.duckdb"), "SELEC 1"], "SELEC"),
     ("sql write refused", lambda r: ["sql", "--db", str(r / "store.duckdb"), "DROP TABLE responses"], "read-only"),
     ("missing required argument", lambda r: ["fit", "--data", str(r / "data"), "-k", "3"], "--benchmark"),

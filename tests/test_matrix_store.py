@@ -111,3 +111,14 @@ def test_append_models_refuses_a_model_it_already_holds() -> None:
         {"model": ["a", "b"], "benchmark": "arc", "score": [1.0, 0.0]}), "arc")
     with pytest.raises(ValueError, match="already in the matrix"):
         append_models(old, old)
+
+
+def test_the_store_built_matrix_equals_the_polars_one_on_hostile_names(tmp_path: Path) -> None:
+    """The full rebuild codes cells in DuckDB (:meth:`Store.read_matrix`); its order of names and every cell
+    must be :func:`build_matrix`'s, names that sort differently by case, accent or script included."""
+    store = Store(tmp_path / "sparseeval.duckdb")
+    models = ["org/Zeta", "org/alpha", "org/Ärger", "org/a\u0301b", "org/ab", "org/日本", "Org/x", "org/zz-noscore"]
+    items = ["q10", "q9", "Q1", "é", "e\u0301", "z z", "_x", "日"]
+    rows = _grid(models, items, 3, skip=0.3)
+    store.ingest(_unit(tmp_path / "u", rows, {m: 0.4 for m in models if m != "org/zz-noscore"}))
+    _same(store.read_matrix("arc"), store.read_benchmark("arc"))

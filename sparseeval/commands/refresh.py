@@ -56,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     from sparseeval.store import Store
     from sparseeval.tracking import TrackingConfig
 
-    store = Store(args.db or settings.db_path())
+    path = args.db or settings.db_path()
+    if not path.is_file():
+        raise UsageError(f"--db {path}: no store there (`sparseeval ingest SOURCE --db {path}` starts one)")
+    store = Store(path)
     stored = store.benchmarks()
     names = stored if args.benchmark is None else [b.strip() for b in args.benchmark.split(",") if b.strip()]
     unknown = [b for b in names if b not in stored]
