@@ -6,18 +6,25 @@ What a refresh does, in this order, for a benchmark and for the joint predictor 
 1. **resume or skip** (:func:`resume_or_skip`): publications that already show outside DuckDB are
    finished; a publication of this very fit key still waiting is handed to the publish step; a fit
    key (data version and every setting) already decided does nothing, and says so;
-2. **fit and compete**, inside one MLflow run and one snapshot publish: a benchmark keeps its
-   champion's anchors and refits its predictor on the new data, and a fresh selection competes as
-   challenger (:func:`sparseeval.champion.decide`); the joint predictor is re-selected and compared
-   with the per-benchmark method on the same held-out models. Each candidate is calibrated, saved as
-   a predictor version and written as an anchor set once (:func:`_save_candidate`);
+2. **fit and compete**, inside one MLflow run and one snapshot publish. A benchmark is refreshed in
+   two phases so that nothing delays its champion: first its champion's anchors are kept and its
+   predictor refit on the new data (the first refresh, or one whose settings change the method, K or
+   seed, selects anchors instead), decided and published alone; then, once that refit is published,
+   a fresh selection competes with it as challenger (:func:`select_challenger`,
+   :func:`sparseeval.champion.decide`). The joint predictor is re-selected and compared with the
+   per-benchmark method on the same held-out models. Each candidate is calibrated, saved as a
+   predictor version and written as an anchor set once (:class:`_CandidateSaver`, the one place a
+   candidate is evaluated);
 3. **check** (:func:`proposal_checks`, the one place a proposal's checks are computed): the library's
    publishing predicates (:func:`sparseeval.refresh.publishing_checks`) on the proposal's figures;
-4. **decide and record** (:func:`sparseeval.publishing.record_decision`): proposed, rejected or
-   unchanged, with the checks, in the store's state machine;
-5. **publish** when asked (``publish=True``, the CLI and the benches): the library's one publisher
-   completes what was proposed. The Dagster pipeline publishes in its own step instead, right after
-   the blocking asset checks; the method comparison never runs before it (:mod:`sparseeval.comparison`).
+4. **decide and record** (:func:`sparseeval.publishing.record_decision`, or
+   :func:`~sparseeval.publishing.record_challenger` for a challenger beside its champion): proposed,
+   rejected or unchanged, with the checks, in the store's state machine;
+5. **publish** when asked (``publish=True``: the CLI, the benches, and the pipeline's challenger step):
+   the library's one publisher completes what was proposed and a new champion scores the anchor-only
+   models. The Dagster pipeline publishes a champion in its own step instead, right after the
+   blocking asset checks; the method comparison never runs before it (:mod:`sparseeval.comparison`).
+   A crash between the two phases leaves the published champion; that data version has no challenger.
 
 **Reuse of what is provably unchanged.** A fit depends on the matrix (named by its data version),
 the method, K, the seed and the split (its policy and fractions), nothing else; so a fit already
@@ -375,6 +382,7 @@ class _BenchmarkPhase:
         self.k = min(settings.k, len(matrix.items))
         self.key = fit_key(self.version, settings.key_settings())
         self.settings = settings
+        self.baseline: float | None = None
 
     def run_params(self) -> dict[str, Any]:
         s = self.settings
@@ -399,8 +407,11 @@ class _BenchmarkPhase:
         return save.save("selected", *fitted)
 
     def _bar(self, save: _CandidateSaver) -> None:
-        s = self.settings
-        self.baseline = save.baseline = baseline_mae(self.matrix, self.split, self.k, s.seed, device=s.device)
+        """The random-linear bar on the split (once: both candidates of a phase share it)."""
+        if self.baseline is None:
+            s = self.settings
+            self.baseline = baseline_mae(self.matrix, self.split, self.k, s.seed, device=s.device)
+        save.baseline = self.baseline
 
     def _proposal(self, proposed: Candidate, challenger: Candidate | None, reason: str) -> Proposal:
         b = self.name
@@ -452,8 +463,18 @@ class _Champion(_BenchmarkPhase):
         save.extra = {"refit_of": {"anchor_set_id": champion["anchor_set_id"],
                                    "published_at": str(champion["published_at"] or "")}}
         refit = save.save("refit", *fitted)
-        return self._proposal(refit, None, f"the champion's anchors (#{champion['anchor_set_id']}) refit on the "
-                                           f"new data; a fresh selection challenges it once it is published")
+        proposal = self._proposal(refit, None, f"the champion's anchors (#{champion['anchor_set_id']}) refit on "
+                                               f"the new data; a fresh selection challenges it once it is published")
+        if all(c.passed for c in proposal_checks(proposal, s)):
+            return proposal
+        # the refit fails its checks: a fresh selection may still replace the champion (clearly better and the
+        # champion old enough), so it competes now, as it would have after the publication
+        selected = self._select(save, ctx)
+        choice = decide(refit.mae, selected.mae, margin=s.challenger_margin, published_at=champion["published_at"],
+                        now=datetime.now(UTC).replace(tzinfo=None), min_days=s.challenger_min_days)
+        if choice.publish == "challenger" and selected.anchor_set_id != refit.anchor_set_id:
+            return self._proposal(selected, None, f"the champion's refit fails its checks; {choice.reason}")
+        return self._proposal(refit, selected, f"the champion's refit fails its checks; {choice.reason}")
 
     def record(self, ctx: _Context, proposal: Proposal, checks: list[Check]) -> str:
         return _record_proposal(ctx, self.name, self.key, self.version, proposal, checks)

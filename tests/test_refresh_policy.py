@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from sparseeval.cli import main as cli_main
@@ -34,7 +35,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("SPARSEEVAL_DB", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    lb = generate_leaderboard(n_families=12, models_per_family=8, benchmarks={"arc": 40}, seed=4)
+    lb = generate_leaderboard(n_families=12, models_per_family=8, benchmarks={"arc": 120}, seed=4)
     write_leaderboard(lb, tmp_path / "src" / "first")
     db = tmp_path / "sparseeval.duckdb"
     assert cli_main(["-q", "ingest", str(tmp_path / "src" / "first"), "--db", str(db)]) == 0
@@ -55,7 +56,7 @@ def test_cli_refresh_publishes_skips_appends_and_defers_the_comparison(world: di
     assert "matrix unchanged" in out and "already decided" in out and "up to date: compared already" in out
     assert len(registered_versions(tracking, benchmark="arc")) == 1
     # a few new models (4 % of the benchmark): appended, champion anchors refit and published, comparison deferred
-    extra = generate_leaderboard(n_families=1, models_per_family=4, benchmarks={"arc": 40}, seed=5)
+    extra = generate_leaderboard(n_families=1, models_per_family=4, benchmarks={"arc": 120}, seed=5)
     write_leaderboard(_renamed(extra, "-new"), root / "src" / "second")
     assert cli_main(["-q", "ingest", str(root / "src" / "second"), "--db", str(db)]) == 0
     first_items = store.champion("arc")["items"]
@@ -99,8 +100,32 @@ def _renamed(lb, suffix: str):
     """The same synthetic leaderboard under other model names (generated names repeat across seeds)."""
     from dataclasses import replace
 
-    import polars as pl
-
     rename = pl.col("model") + suffix
     return replace(lb, responses=lb.responses.with_columns(rename), scores=lb.scores.with_columns(rename),
                    models=lb.models.with_columns(rename, base_model=pl.col("base_model") + suffix))
+
+
+def test_a_refit_that_fails_its_checks_can_still_be_replaced_by_a_fresh_selection(world: dict) -> None:
+    """The champion's anchors turn to noise in a corrected re-run: their refit fails the checks, so the
+    fresh selection competes at once (not after a publication that never comes) and, clearly better and
+    the champion old enough, replaces it; DuckDB, registry and folder agree."""
+    root, db, tracking = world["root"], world["db"], world["tracking"]
+    store = Store(db)
+    matrices = MatrixStore.beside(store)
+    settings = FitSettings(k=6, method="sparseeval-linear", challenger_min_days=0.0)
+    refresh_benchmark(matrices.update(store, "arc").matrix, store, tracking, root / "predictors", settings,
+                      publish=True)
+    anchors = store.champion("arc")["items"]
+    first = root / "src" / "first" / "responses.parquet"
+    frame = pl.read_parquet(first)
+    noise = (pl.col("model").hash(7) + pl.col("item_id").hash(11)) % 2
+    frame.with_columns(correct=pl.when(pl.col("item_id").is_in(anchors)).then(noise).otherwise(pl.col("correct"))
+                       .cast(frame.schema["correct"])).write_parquet(first)
+    assert cli_main(["-q", "ingest", str(root / "src" / "first"), "--db", str(db)]) == 0
+    update = matrices.update(store, "arc")
+    assert update.how == "rebuilt" and "replaced" in update.reason
+    result = refresh_benchmark(update.matrix, store, tracking, root / "predictors", settings, publish=True)
+    assert "refit fails its checks" in result.decision and "beats the champion's refit" in result.decision
+    champion = store.champion("arc")
+    assert champion["origin"] == "selected" and not set(champion["items"]) & set(anchors)
+    assert audit(store, tracking, root / "predictors", "arc") == []
