@@ -166,7 +166,8 @@ class Reading(Connections):
         """:meth:`read_benchmark`, with DuckDB coding the cells: the same matrix (``tests/
         test_matrix_store.py``), built in a third of the time and memory at leaderboard scale.
 
-        The sorted model and item names are read first (their distinct values, sorted in Python as
+        The sorted model and item names are read first (their distinct values, the models' from the runs
+        table, sorted in Python as
         :func:`~sparseeval.matrix.build_matrix` sorts them: by code point, i.e. UTF-8 byte order);
         DuckDB then joins every current row to its row and column number and streams (cell, score)
         pairs, scattered batch by batch into the dense array: neither the id strings nor the codes of
@@ -181,10 +182,12 @@ class Reading(Connections):
             version = self.data_version(benchmark)
             con = self.open_readonly()
             try:
-                names = {column: sorted(r[0] for r in con.sql(
-                    f"SELECT DISTINCT {column} FROM responses WHERE benchmark = $b", params=params).fetchall())
-                    for column in ("model", "item_id")}
-                models, items = names["model"], names["item_id"]
+                # the models from the (small) runs table: a current responses run holds its rows (n_rows > 0)
+                models = sorted(r[0] for r in con.sql(
+                    "SELECT DISTINCT model FROM current_runs WHERE benchmark = $b AND kind = 'responses' "
+                    "AND n_rows > 0", params=params).fetchall())
+                items = sorted(r[0] for r in con.sql("SELECT DISTINCT item_id FROM responses WHERE benchmark = $b",
+                                                     params=params).fetchall())
                 if not models:
                     raise EmptyMatrixError(f"benchmark {benchmark!r} has no responses")
                 con.register("_matrix_rows", pl.DataFrame({"model": models, "r": np.arange(len(models),
