@@ -359,7 +359,8 @@ def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
         return
     # bounded by a time budget at leaderboard scale (fewer seeds, then methods, then Ks), and said so
     plan = comparison_plan(*matrix.shape, settings.methods(), settings.ks(),
-                           list(range(settings.seed, settings.seed + settings.compare_seeds)))
+                           list(range(settings.seed, settings.seed + settings.compare_seeds)),
+                           budget_s=settings.compare_budget_s)
     if plan.reduced:
         context.log.warning("%s: comparison reduced to fit its budget: %s", matrix.benchmark, plan.describe())
     ks, seeds = list(plan.ks), list(plan.seeds)

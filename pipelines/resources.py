@@ -103,6 +103,8 @@ class SettingsResource(dg.ConfigurableResource):
     compare_methods: str = defaults.SETTINGS["compare_methods"].default
     compare_ks: str = defaults.SETTINGS["compare_ks"].default
     compare_seeds: int = int(defaults.SETTINGS["compare_seeds"].default)
+    #: seconds the comparison may take per benchmark (0: no budget); it decides which cells run
+    compare_budget_s: float = float(defaults.SETTINGS["compare_budget_s"].default)
     challenger_margin: float = float(defaults.SETTINGS["challenger_margin"].default)
     challenger_min_days: float = float(defaults.SETTINGS["challenger_min_days"].default)
     coverage_tolerance: float = float(defaults.SETTINGS["coverage_tolerance"].default)
@@ -121,9 +123,10 @@ class SettingsResource(dg.ConfigurableResource):
                 "challenger_min_days": self.challenger_min_days}
 
     def comparison_settings(self) -> dict[str, Any]:
-        """Every setting that changes the comparison (its key)."""
+        """Every setting that changes the comparison (its key); the budget decides which of its cells run."""
         return {"methods": self.methods(), "ks": self.ks(), "seeds": self.compare_seeds, "seed": self.seed,
-                "split_policy": self.split_policy, "val_frac": self.val_frac, "test_frac": self.test_frac}
+                "split_policy": self.split_policy, "val_frac": self.val_frac, "test_frac": self.test_frac,
+                "budget_s": self.compare_budget_s}
 
     def joint_settings(self) -> dict[str, Any]:
         """The joint predictor's fit key settings: a benchmark's, its benchmark list and reference method."""
@@ -160,6 +163,7 @@ def default_resources() -> dict[str, Any]:
             challenger_margin=float(defaults.SETTINGS["challenger_margin"].get()),
             challenger_min_days=float(defaults.SETTINGS["challenger_min_days"].get()),
             coverage_tolerance=float(defaults.SETTINGS["coverage_tolerance"].get()),
+            compare_budget_s=float(defaults.SETTINGS["compare_budget_s"].get()),
         ),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }

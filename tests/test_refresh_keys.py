@@ -1,0 +1,149 @@
+"""Which settings make a benchmark stale: every refresh setting, changed one at a time.
+
+A refresh skips when its fit key (data version and every fit setting) is decided and its
+comparison key has rows. A setting left out of a key is a silent no-op: change it and nothing
+happens (planted as ``coverage_tolerance`` dropped from the fit key, which no test noticed, and
+``alpha``, which one did). So the table below names, for **every** field of the settings
+resource, the keys a change of it must change; a field it does not name fails the test, so a new
+setting is classified when it is added.
+
+The last test asks the real sensor, on a store a real (small) refresh left behind: unchanged
+settings request nothing (a sensor that keys its question differently from the fit step asks
+again every tick), each relevant change requests every benchmark with the right reason, each
+irrelevant change requests nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from pipelines.resources import SettingsResource
+from sparseeval import settings as defaults
+from sparseeval.refresh import comparison_key, fit_key, joint_data_version
+
+FIT, COMPARISON, JOINT = "fit", "comparison", "joint"
+#: what the tests start from (small: the real refresh below runs on it)
+BASE: dict[str, Any] = {"k": 6, "method": "sparseeval-linear", "compare_methods": "random-linear", "compare_ks": "6",
+                        "compare_seeds": 1}
+
+#: every field of SettingsResource: another value, and the keys a change to it must change (a fit
+#: setting changes the joint predictor's key too; ``joint_benchmarks`` changes that key alone)
+ROWS: dict[str, tuple[Any, set[str]]] = {
+    "k": (8, {FIT, JOINT}),
+    "method": ("sparseeval-mlp", {FIT, JOINT}),
+    "seed": (1, {FIT, JOINT, COMPARISON}),
+    "val_frac": (0.15, {FIT, JOINT, COMPARISON}),
+    "test_frac": (0.25, {FIT, JOINT, COMPARISON}),
+    "split_policy": ("family", {FIT, JOINT, COMPARISON}),
+    "alpha": (0.2, {FIT, JOINT}),
+    "coverage_tolerance": (0.05, {FIT, JOINT}),
+    "challenger_margin": (0.1, {FIT, JOINT}),
+    "challenger_min_days": (7.0, {FIT, JOINT}),
+    "compare_methods": ("random-linear,sparseeval-linear", {COMPARISON}),
+    "compare_ks": ("6,8", {COMPARISON}),
+    "compare_seeds": (2, {COMPARISON}),
+    "compare_budget_s": (60.0, {COMPARISON}),
+    "joint_benchmarks": ("arc,gsm8k", {JOINT}),
+    # the same fit on any device (the device only decides where it runs)
+    "device": ("cpu", set()),
+    # where the champion is published, not what is fitted or decided
+    "predictor_dir": ("/elsewhere/predictors", set()),
+}
+
+#: settings of sparseeval.settings that are no refresh setting (the rest are SettingsResource fields)
+NOT_REFRESH = {"data_dir", "db", "source", "hub_tasks", "duckdb_memory", "sensor_interval"}
+#: a settings name whose resource field is spelled otherwise
+FIELD_OF = {"predictors": "predictor_dir"}
+
+
+def _changed(name: str) -> SettingsResource:
+    return SettingsResource(**{**BASE, name: ROWS[name][0]})
+
+
+def _keys(settings: SettingsResource) -> dict[str, str]:
+    versions = {"arc": "v-arc", "gsm8k": "v-gsm8k"}
+    return {FIT: fit_key("v-arc", settings.fit_settings()),
+            COMPARISON: comparison_key("v-arc", settings.comparison_settings()),
+            JOINT: fit_key(joint_data_version(versions), {**settings.joint_settings(), "benchmarks": sorted(versions)})}
+
+
+def test_every_setting_is_classified() -> None:
+    assert set(ROWS) == set(SettingsResource.model_fields), "classify the new setting in ROWS"
+    fields = {FIELD_OF.get(name, name) for name in defaults.SETTINGS} - NOT_REFRESH
+    assert fields <= set(ROWS), f"settings read elsewhere than the resource: {fields - set(ROWS)}"
+    for name, (value, _) in ROWS.items():
+        assert getattr(SettingsResource(**BASE), name) != value, name  # the row really changes it
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_a_setting_changes_exactly_the_keys_it_affects(name: str) -> None:
+    base, changed = _keys(SettingsResource(**BASE)), _keys(_changed(name))
+    assert {key for key in base if base[key] != changed[key]} == ROWS[name][1]
+
+
+# --- through the real sensor, after a real refresh ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def refreshed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A small benchmark ingested, then refreshed by the real assets (fit, checks, publication,
+    comparison): what ``make run`` leaves behind."""
+    from pipelines.assets import candidate, champion, evaluation, raw_results, response_matrix
+    from pipelines.checks import publishing_checks
+    from pipelines.io_managers import MatrixIOManager
+    from pipelines.partitions import add_benchmarks
+    from pipelines.resources import SourceResource, StoreResource, TrackingResource
+    from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+
+    root = tmp_path_factory.mktemp("keys")
+    write_leaderboard(generate_leaderboard(n_families=8, models_per_family=8, benchmarks={"arc": 40}, seed=2),
+                      root / "source" / "first")
+    resources = {"store": StoreResource(path=str(root / "sparseeval.duckdb")),
+                 "tracking": TrackingResource(data_dir=str(root)),
+                 "source": SourceResource(path=str(root / "source")),
+                 "settings": SettingsResource(**BASE, predictor_dir=str(root / "predictors")),
+                 "io_manager": MatrixIOManager(base_dir=str(root / "io"))}
+    (root / "dagster").mkdir()
+    instance = dg.DagsterInstance.local_temp(tempdir=str(root / "dagster"))
+    assert dg.materialize([raw_results], resources=resources, instance=instance).success
+    add_benchmarks(instance, ["arc"])
+    refresh = [response_matrix, candidate, champion, evaluation]
+    # passed or failed checks: either way a decision is recorded for the key
+    dg.materialize([*refresh, *publishing_checks], partition_key="arc", resources=resources, instance=instance,
+                   selection=refresh, raise_on_error=False)
+    db = resources["store"].store()
+    assert list(db.latest_fit_keys()) == ["arc"] and len(db.comparison_keys()) == 1
+    return {"resources": resources, "instance": instance, "root": root}
+
+
+def _requests(refreshed: dict, settings: SettingsResource) -> dict[str, str]:
+    """One tick of the refresh sensor, as the daemon evaluates it: partition -> why."""
+    from pipelines.automation import stale_benchmarks_sensor
+    from pipelines.definitions import defs
+
+    instance = refreshed["instance"]
+    tick = stale_benchmarks_sensor.evaluate_tick(dg.build_sensor_context(
+        instance=instance, instance_ref=instance.get_ref(), definitions=defs,
+        resources={"store": refreshed["resources"]["store"], "settings": settings}))
+    return {r.partition_key: r.tags["sparseeval/why"] for r in tick.run_requests or []}
+
+
+@pytest.mark.parametrize("name", [None, *sorted(ROWS)])
+def test_the_sensor_requests_a_refresh_exactly_when_a_setting_changes_a_key(refreshed: dict,
+                                                                            name: str | None) -> None:
+    published = str(refreshed["root"] / "predictors")
+    settings = SettingsResource(**BASE, predictor_dir=published) if name is None else \
+        SettingsResource(**{**BASE, "predictor_dir": published, name: ROWS[name][0]})
+    affects = set() if name is None else ROWS[name][1]
+    requested = _requests(refreshed, settings)
+    if FIT in affects:
+        assert list(requested) == ["arc"]
+        assert all("new data or changed settings" in why for why in requested.values()), requested
+    elif COMPARISON in affects:
+        assert list(requested) == ["arc"]
+        assert all("comparison settings changed" in why for why in requested.values()), requested
+    else:  # unchanged, or a change that decides nothing a refresh does (the joint list: the joint sensor)
+        assert requested == {}, f"{name or 'unchanged settings'} requested {requested}"
