@@ -12,8 +12,8 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run test test-fast lint ui mlflow-ui serve serve-stop bench-serve clean bench-accuracy bench-speed \
-	bench-ingest bench-coverage bench-refresh bench-simulate bench-ui bench-sql-start bench-hub-refresh
+.PHONY: install run test test-fast lint ui mlflow-ui serve serve-stop serve-status bench-serve clean bench-accuracy \
+	bench-speed bench-ingest bench-coverage bench-refresh bench-simulate bench-ui bench-sql-start bench-hub-refresh mutants
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -51,13 +51,18 @@ mlflow-ui: install
 	  --backend-store-uri sqlite:///$(SPARSEEVAL_DATA_DIR)/mlflow.db \
 	  --default-artifact-root $(SPARSEEVAL_DATA_DIR)/mlartifacts -h 127.0.0.1 -p 5000
 
-# served mode (docs/deploy.md): Postgres, MLflow tracking server, Dagster code server, webserver and
-# daemon as separate processes on 127.0.0.1; Ctrl-C or `make serve-stop` stops them all
+# served mode (docs/deploy.md): Postgres, then the MLflow tracking server, Dagster code server, webserver
+# and daemon under supervisord on 127.0.0.1; Ctrl-C or `make serve-stop` stops them all (runs drained);
+# supervisorctl works on them: $(SUPERVISORCTL) status | restart mlflow | tail -f daemon
+SUPERVISORCTL = $(VENV)/bin/supervisorctl -c $(SPARSEEVAL_DATA_DIR)/serve/supervisord.conf
 serve: install
-	$(PY) -m pipelines.serve start
+	$(PY) -m sparseeval.serve start
 
 serve-stop:
-	$(PY) -m pipelines.serve stop
+	$(PY) -m sparseeval.serve stop
+
+serve-status:
+	$(PY) -m sparseeval.serve status
 
 bench-accuracy: install
 	$(PY) bench/accuracy.py
@@ -89,6 +94,10 @@ bench-serve: install
 
 bench-sql-start: install
 	$(PY) bench/sql_start.py
+
+# planted bugs, one at a time, against the tests that should catch each (bench/mutants.py)
+mutants: install
+	$(PY) bench/mutants.py
 
 clean:
 	rm -rf data .dagster_home

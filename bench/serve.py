@@ -1,6 +1,6 @@
 """The served mode's start-up and footprint, and one refresh of the embedded default served vs in-process.
 
-1. ``python -m pipelines.serve start --detach`` (what ``make serve`` runs, detached) in a fresh data
+1. ``python -m sparseeval.serve start --detach`` (what ``make serve`` runs, detached) in a fresh data
    folder: seconds until each service answers and until the Dagster UI answers (the webserver's
    GraphQL API lists the code location as loaded), from a cold start (``initdb`` included) and a
    warm one (the cluster exists).
@@ -33,7 +33,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipelines import serve  # noqa: E402
+from sparseeval.serve import bootstrap as serve  # noqa: E402
+from sparseeval.serve.drain import graphql  # noqa: E402
+from sparseeval.serve.supervisor import SERVICES, rpc  # noqa: E402
 
 QUICK = {"SPARSEEVAL_K": "8", "SPARSEEVAL_METHOD": "sparseeval-linear", "SPARSEEVAL_COMPARE_METHODS": "random-linear",
          "SPARSEEVAL_COMPARE_KS": "8", "SPARSEEVAL_COMPARE_SEEDS": "1"}
@@ -57,7 +59,7 @@ def _tree_memory_mb(root: int) -> tuple[float, float]:
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "pipelines.serve", *args], cwd=REPO, env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "sparseeval.serve", *args], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=900, check=False)
     if out.returncode:
         raise SystemExit(f"serve {' '.join(args)} failed:\n{out.stdout}{out.stderr}")
@@ -80,7 +82,7 @@ def _served(root: Path, settings: dict[str, str]) -> dict:
         web = state["ports"]["webserver"]
         t0 = time.monotonic()
         while True:  # the sensors' chain: ingest, the refreshes, the joint predictor
-            runs = serve.graphql(web, RUNS)["runsOrError"]["results"]
+            runs = graphql(web, RUNS)["runsOrError"]["results"]
             jobs = {r["jobName"] for r in runs}
             if {"ingest", "refresh", "joint"} <= jobs and all(r["status"] in ("SUCCESS", "FAILURE", "CANCELED")
                                                             for r in runs):
@@ -91,14 +93,16 @@ def _served(root: Path, settings: dict[str, str]) -> dict:
         out["refresh_s"] = time.monotonic() - t0
         out["runs"] = sorted((r["jobName"], r["status"]) for r in runs)
         time.sleep(10)  # at rest: no run in flight, the daemon ticking on unchanged data
-        state = json.loads((data / "serve" / "state.json").read_text())
-        out["memory_mb"] = {name: _tree_memory_mb(svc["pid"]) for name, svc in state["services"].items()}
+        lay = serve.Layout(data)
+        pids = {"postgres": serve.postgres_pid(lay),
+                **{n: rpc(lay).supervisor.getProcessInfo(n)["pid"] for n in SERVICES}}
+        out["memory_mb"] = {name: _tree_memory_mb(pid) for name, pid in pids.items()}
         _cli(env, "stop")
         t0 = time.monotonic()
         _cli(env, "start", "--detach", *ports)
         out["warm_start_s"] = time.monotonic() - t0
     finally:
-        subprocess.run([sys.executable, "-m", "pipelines.serve", "stop", "--grace", "0"], cwd=REPO, env=env,
+        subprocess.run([sys.executable, "-m", "sparseeval.serve", "stop", "--grace", "0"], cwd=REPO, env=env,
                        capture_output=True, timeout=300, check=False)
     return out
 
@@ -128,7 +132,7 @@ def main() -> None:
     print(f"settings: {settings or 'the defaults (make run)'}; work folder {root}", flush=True)
     served = _served(root, settings)
     inproc = _in_process(root, settings)
-    print("\nstart-up (python -m pipelines.serve start --detach until every service answers)")
+    print("\nstart-up (python -m sparseeval.serve start --detach until every service answers)")
     print(f"  cold (initdb, role, databases): {served['cold_start_s']:6.1f} s   warm: {served['warm_start_s']:6.1f} s")
     for name, seconds in served["service_s"].items():
         print(f"    {name:<12} {seconds:6.1f} s")
