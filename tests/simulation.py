@@ -20,7 +20,7 @@ between ticks; anchor-only newcomers; and, on six days, the refresh run in a sub
 (SIGKILL) at one publication step boundary each (:data:`sparseeval.publishing.FAILPOINTS`), then
 retried.
 
-``python -m pipelines.simulation run-one CONFIG JOB [PARTITION]`` is the killed subprocess.
+``python -m tests.simulation run-one CONFIG JOB [PARTITION]`` is the killed subprocess.
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ class Simulation:
         config = self.root / "config.json"
         config.write_text(json.dumps({"root": str(self.root), "settings": self.settings}))
         env = {**os.environ, "SPARSEEVAL_FAILPOINT": point, "PYTHONPATH": str(Path(__file__).parents[1])}
-        proc = subprocess.run([sys.executable, "-m", "pipelines.simulation", "run-one", str(config), job,
+        proc = subprocess.run([sys.executable, "-m", "tests.simulation", "run-one", str(config), job,
                                partition or ""], env=env, capture_output=True, text=True, timeout=600)
         if proc.returncode != -signal.SIGKILL:
             outcome = self.root / "outcome.json"

@@ -1,4 +1,4 @@
-"""Twenty simulated days of a deployment through the real sensors and jobs (``pipelines.simulation``).
+"""Twenty simulated days of a deployment through the real sensors and jobs (``tests.simulation``).
 
 New models every day but the quiet ones, a new benchmark, a corrected re-run, a bad file, a settings
 change, a benchmark turned to noise and one of noise from the start, ``sparseeval ingest`` between
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.simulation import CYCLE, QUIET, Simulation
 from sparseeval.publishing import FAILPOINTS
 from sparseeval.store import Store
+from tests.simulation import CYCLE, QUIET, Simulation
 
 pytestmark = pytest.mark.slow
 
