@@ -9,7 +9,10 @@
 3. Memory of each service at rest (no run in flight, after that refresh): the resident and the
    proportional set of its process tree (Postgres: the postmaster and its backends; MLflow: its
    server and workers).
-4. ``make run`` (``python -m pipelines.run_all``: the same jobs in-process on a SQLite instance) on
+4. Back after a SIGKILL, at rest, three times each: the daemon (seconds until supervisord's new one
+   heartbeats) and the MLflow server (until a new server answers ``/health``, the killed one's
+   uvicorn child ended by the launcher).
+5. ``make run`` (``python -m pipelines.run_all``: the same jobs in-process on a SQLite instance) on
    the same data and settings in another folder.
 
     python bench/serve.py [--quick] [--root DIR]
@@ -36,6 +39,7 @@ sys.path.insert(0, str(REPO))
 from sparseeval.serve import bootstrap as serve  # noqa: E402
 from sparseeval.serve.drain import graphql  # noqa: E402
 from sparseeval.serve.supervisor import SERVICES, rpc  # noqa: E402
+from tests.test_serve import back_after_sigkill, daemon_heartbeats_since, mlflow_answers  # noqa: E402
 
 QUICK = {"SPARSEEVAL_K": "8", "SPARSEEVAL_METHOD": "sparseeval-linear", "SPARSEEVAL_COMPARE_METHODS": "random-linear",
          "SPARSEEVAL_COMPARE_KS": "8", "SPARSEEVAL_COMPARE_SEEDS": "1"}
@@ -97,6 +101,11 @@ def _served(root: Path, settings: dict[str, str]) -> dict:
         pids = {"postgres": serve.postgres_pid(lay),
                 **{n: rpc(lay).supervisor.getProcessInfo(n)["pid"] for n in SERVICES}}
         out["memory_mb"] = {name: _tree_memory_mb(pid) for name, pid in pids.items()}
+        mlflow_port = state["ports"]["mlflow"]
+        out["back_s"] = {
+            "daemon": [back_after_sigkill(lay, "daemon", lambda t: daemon_heartbeats_since(web, t)) for _ in range(3)],
+            "mlflow": [back_after_sigkill(lay, "mlflow", lambda _: mlflow_answers(serve.LOOPBACK, mlflow_port))
+                       for _ in range(3)]}
         _cli(env, "stop")
         t0 = time.monotonic()
         _cli(env, "start", "--detach", *ports)
@@ -141,6 +150,9 @@ def main() -> None:
         print(f"  {name:<12}                              {rss:5.0f} MB {pss:5.0f} MB")
     print(f"  {'total':<12}                              {sum(r for r, _ in served['memory_mb'].values()):5.0f} MB "
           f"{sum(p for _, p in served['memory_mb'].values()):5.0f} MB")
+    print("\nback after a SIGKILL (supervisord restarts it): seconds, three kills each")
+    for name, seconds in served["back_s"].items():
+        print(f"  {name:<12} {'  '.join(f'{s:5.1f}' for s in seconds)}   (max {max(seconds):.1f} s)")
     print("\none refresh of the embedded default (ingest, every benchmark, the joint predictor)")
     print(f"  served (daemon sensors, a process per run, two at once): {served['refresh_s']:6.1f} s  "
           f"runs: {served['runs']}")
