@@ -49,6 +49,7 @@ class Mutant:
 
 
 KEYS = "tests/test_refresh_keys.py"
+SERVE = "tests/test_serve_bootstrap.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("alias-not-moved", "the MLflow champion alias set once, never moved to a newer champion",
@@ -113,6 +114,21 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/commands/arguments.py", 'f"{text}: a folder, not a DuckDB store file"',
              'f"{text}: locked by another writer"'),),
            ("tests/test_cli_errors.py", "-k", "db and directory")),
+    # the served mode
+    Mutant("port-probe-without-reuseaddr", "the free-port probe binds without SO_REUSEADDR (TIME_WAIT counts as used)",
+           (("sparseeval/serve/bootstrap.py", "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n", ""),),
+           (SERVE,)),
+    Mutant("leftovers-not-found", "the sweep finds no process left by a killed service (the orphaned uvicorn)",
+           (("sparseeval/serve/supervisor.py",
+             "        if wanted & set(environ.split(b\"\\0\")) and alive(int(proc.name)):", "        if False:"),),
+           (SERVE,)),
+    Mutant("code-server-stopped-with-runs", "supervisord stops the code server with its process group (its runs)",
+           (("sparseeval/serve/supervisor.py", 'group = "false" if name == "code_server" else "true"',
+             'group = "true"'),),
+           (SERVE,)),
+    Mutant("compose-port-on-all-interfaces", "docker-compose publishes the Dagster UI on every interface",
+           (("docs/deploy/docker-compose.yml", '      - "127.0.0.1:3000:3000"', '      - "3000:3000"'),),
+           ("tests/test_deploy_config.py", "-k", "compose")),
 )
 
 
