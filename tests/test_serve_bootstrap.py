@@ -57,14 +57,16 @@ def test_the_sweep_ends_what_a_killed_service_left_and_nothing_else(tmp_path: Pa
     lay = boot.Layout(tmp_path / "data")
     # a "service" that starts a child and is SIGKILLed: the child lives on, as mlflow's uvicorn did
     code = ("import subprocess, sys, time; "
-            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; print(\"up\", flush=True); time.sleep(120)']); "
             "print(p.pid, flush=True); time.sleep(120)")
     env = {**os.environ, MARKER: marker(lay, "mlflow")}
     parent = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                              env={**os.environ, MARKER: marker(lay, "code_server")})
+    orphan = 0
     try:
-        orphan = int(parent.stdout.readline())
+        lines = {parent.stdout.readline().strip() for _ in range(2)}  # its pid, and the child's "up" once it runs
+        orphan = int((lines - {"up"}).pop())
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         assert boot.alive(orphan)
@@ -77,6 +79,8 @@ def test_the_sweep_ends_what_a_killed_service_left_and_nothing_else(tmp_path: Pa
         for proc in (parent, other):
             proc.kill()
             proc.wait()
+        if boot.alive(orphan):  # a sweep that missed it
+            os.kill(orphan, signal.SIGKILL)
 
 
 def test_supervisord_runs_the_generated_config_and_supervisorctl_lists_the_services() -> None:
