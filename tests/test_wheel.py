@@ -26,6 +26,7 @@ def test_wheel_installs_and_ingests_outside_the_checkout(tmp_path: Path) -> None
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
                               str(wheel)], capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stderr[-2000:]
+    assert (site / "sparseeval" / "serve" / "dagster_postgres.yaml").is_file()  # the served mode's instance config
     (tmp_path / "data.csv").write_text("model,benchmark,item_id,score\nm1,arc,1,1\nm1,arc,2,0\n")
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
