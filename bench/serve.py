@@ -39,7 +39,12 @@ sys.path.insert(0, str(REPO))
 from sparseeval.serve import bootstrap as serve  # noqa: E402
 from sparseeval.serve.drain import graphql  # noqa: E402
 from sparseeval.serve.supervisor import SERVICES, rpc  # noqa: E402
-from tests.test_serve import back_after_sigkill, daemon_heartbeats_since, mlflow_answers  # noqa: E402
+from tests.test_serve import (  # noqa: E402
+    back_after_sigkill,
+    daemon_heartbeats_since,
+    mlflow_answers,
+    process_tree,
+)
 
 QUICK = {"SPARSEEVAL_K": "8", "SPARSEEVAL_METHOD": "sparseeval-linear", "SPARSEEVAL_COMPARE_METHODS": "random-linear",
          "SPARSEEVAL_COMPARE_KS": "8", "SPARSEEVAL_COMPARE_SEEDS": "1"}
@@ -51,7 +56,7 @@ def _tree_memory_mb(root: int) -> tuple[float, float]:
     counts a shared page once per process (Postgres's shared buffers in every backend); PSS splits
     it between them, so the PSS of the services adds up to what they take together."""
     rss = pss = 0
-    for pid in serve.process_tree({root}):
+    for pid in process_tree({root}):
         try:
             rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
         except OSError:

@@ -238,11 +238,30 @@ DAEMON_HEALTH = """{ instance { daemonHealth { allDaemonStatuses { daemonType la
 BACK_WITHIN_S = 60.0
 
 
+def process_tree(roots: set[int]) -> set[int]:
+    """``roots`` and every live descendant (from /proc): a service's workers, a run's subprocesses."""
+    children: dict[int, set[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, set()).add(int(proc.name))
+    out, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo.extend(children.get(pid, ()))
+    return out
+
+
 def back_after_sigkill(lay: serve.Layout, name: str, answers, timeout: float = 120) -> float:
     """SIGKILL the process supervisord runs as ``name``; seconds until supervisord runs a new one, every
     process the killed one had started is gone, and ``answers(killed_at)`` holds (bench/serve.py too)."""
     old = rpc(lay).supervisor.getProcessInfo(name)["pid"]
-    below = serve.process_tree({old}) - {old}
+    below = process_tree({old}) - {old}
     os.kill(old, signal.SIGKILL)
     t0, killed_at = time.monotonic(), time.time()
     while time.monotonic() - t0 < timeout:
@@ -367,7 +386,7 @@ def _listening(pids: set[int]) -> dict[int, str]:
 
 def test_binds_loopback_asks_mlflow_for_a_login_and_keeps_the_secrets(served: Served) -> None:
     state = served.state
-    listening = _listening(serve.process_tree(set(served.pids().values())))
+    listening = _listening(process_tree(set(served.pids().values())))
     ports = {"webserver": served.ports["dagster"], "mlflow": served.ports["mlflow"],
              "postgres": state["ports"]["postgres"], "code_server": state["ports"]["code_server"]}
     assert set(ports.values()) <= set(listening), (ports, listening)

@@ -121,25 +121,6 @@ def alive(pid: int | None) -> bool:
     return fields[0] not in ("Z", "X")
 
 
-def process_tree(roots: set[int]) -> set[int]:
-    """``roots`` and every live descendant (from /proc): a service's workers, a run's subprocesses."""
-    children: dict[int, set[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, set()).add(int(proc.name))
-    out, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in out:
-            out.add(pid)
-            todo.extend(children.get(pid, ()))
-    return out
-
-
 def _bound(port: int, host: str) -> socket.socket:
     """A socket bound to ``host:port`` as a server binds it: with ``SO_REUSEADDR``, so connections of a
     stopped server still in TIME_WAIT do not count as a listener (every server we start sets it too)."""

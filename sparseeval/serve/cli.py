@@ -279,4 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "launch":
         launch(args.name, args.data)
-    return {"start": start, "stop": stop, "status": status}[args.cmd](args)
+    try:
+        return {"start": start, "stop": stop, "status": status}[args.cmd](args)
+    except KeyboardInterrupt:  # Ctrl-C during start-up: what it had started is stopped already
+        print("serve: interrupted", file=sys.stderr)
+        return 130
