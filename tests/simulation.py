@@ -7,9 +7,10 @@ generator (seeded), then **ticks**: evaluates the real sensors of :mod:`pipeline
 daemon would (cursors kept, run keys de-duplicated, partitions added) and executes the runs they
 request, until they request nothing. After every day it checks the invariants
 (:meth:`Simulation.violations`): the product's own ``audit()``, and the same agreement read
-directly from DuckDB, the MLflow registry and the published folders; every run's outcome (a
-failure only where the day expects one: the ingest while the bad file stays, a refresh of a noise
-benchmark); and every request the sensors made, counted **before** the run-key de-duplication the
+directly from DuckDB, the MLflow registry and the published folders; every run's outcome (never
+an error; rejected by its checks where the day expects it: the ingest while the bad file stays, a
+refresh of a noise benchmark; elsewhere a rejection only as the decision DuckDB recorded); and every
+request the sensors made, counted **before** the run-key de-duplication the
 daemon does: a benchmark whose data and settings did not change that day must not be asked for at
 all (a sensor that keeps asking for a decided refresh is hidden by the de-duplication otherwise).
 

@@ -158,8 +158,8 @@ def launch(name: str, data: Path) -> None:
     lay = Layout(data)
     state = read_state(lay)
     ports, mlflow_host = state["ports"], state.get("mlflow_host", LOOPBACK)
-    if name in SWEPT_ON_RESTART:
-        for pid in sweep(lay, (name,)):
+    if name in SWEPT_ON_RESTART:  # what a dead service left serves no one: SIGKILL after 2 s, not 10
+        for pid in sweep(lay, (name,), wait=2.0):
             print(f"launch {name}: ended pid {pid}, left by the previous {name}", flush=True)
     db = database(lay, ports["postgres"])
     env = mlflow_env(lay, db, ports, mlflow_host) if name == "mlflow" else service_env(lay, db, ports, mlflow_host)
