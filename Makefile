@@ -53,8 +53,7 @@ mlflow-ui: install
 
 # served mode (docs/deploy.md): Postgres, then the MLflow tracking server, Dagster code server, webserver
 # and daemon under supervisord on 127.0.0.1; Ctrl-C or `make serve-stop` stops them all (runs drained);
-# supervisorctl works on them: $(SUPERVISORCTL) status | restart mlflow | tail -f daemon
-SUPERVISORCTL = $(VENV)/bin/supervisorctl -c $(SPARSEEVAL_DATA_DIR)/serve/supervisord.conf
+# supervisorctl works on them: .venv/bin/supervisorctl -c data/serve/supervisord.conf status|restart NAME|tail -f NAME
 serve: install
 	$(PY) -m sparseeval.serve start
 

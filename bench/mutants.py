@@ -174,10 +174,16 @@ def applied(copy: Path, mutant: Mutant) -> Iterator[None]:
             path.write_text(text)
 
 
-def run_tests(copy: Path, args: tuple[str, ...] | list[str], timeout: float) -> tuple[int | None, float, str]:
-    """pytest in the copy: (exit status or None on timeout, seconds, the output's tail)."""
+def _env(copy: Path) -> dict[str, str]:
+    """The copy's code first on the path, no bytecode written (a mutated file is never read from a cache)."""
     env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
+    return env
+
+
+def run_tests(copy: Path, args: tuple[str, ...] | list[str], timeout: float) -> tuple[int | None, float, str]:
+    """pytest in the copy: (exit status or None on timeout, seconds, the output's tail)."""
+    env = _env(copy)
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args],
                             cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -197,9 +203,8 @@ def run_tests(copy: Path, args: tuple[str, ...] | list[str], timeout: float) -> 
 
 
 def _imports_the_copy(copy: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
     where = subprocess.run([sys.executable, "-c", "import sparseeval, pipelines; print(sparseeval.__file__); "
-                            "print(pipelines.__file__)"], cwd=copy, env=env, capture_output=True, text=True,
+                            "print(pipelines.__file__)"], cwd=copy, env=_env(copy), capture_output=True, text=True,
                            check=True).stdout.split()
     if not all(Path(w).resolve().is_relative_to(copy.resolve()) for w in where):
         raise SystemExit(f"the scratch copy's tests would import {where}, not the copy's code")
