@@ -257,7 +257,9 @@ def status(_args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sparseeval.serve", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m sparseeval.serve",
+                                 description="The served mode: Postgres, then the MLflow tracking server and the "
+                                             "Dagster code server, webserver and daemon under supervisord.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("start", help="start every service that is not running")
     env = os.environ.get
