@@ -94,7 +94,7 @@ def test_tampered_artifact_is_refused(tmp_path: Path, fitted) -> None:
         load_predictor(folder)
     art.save(folder)  # re-publishing repairs it
     load_predictor(folder)
-    state = folder / "state.pt"
+    state = folder / "state.safetensors"
     state.write_bytes(state.read_bytes()[:-1] + b"x")
     with pytest.raises(ArtifactError, match=str(folder)):
         load_predictor(folder)
