@@ -78,6 +78,8 @@ class PredictorArtifact:
     content_hash: str = ""
     folder: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: what the user named: a folder, or ``hf://ORG/REPO@rev/PATH`` (then ``folder`` is in the Hub cache)
+    source: str | None = None
 
     @property
     def k(self) -> int:
@@ -265,14 +267,18 @@ def save_predictor(folder: str | Path, *, estimator: AnchorEstimator, benchmark:
 
 
 def load_predictor(folder: str | Path) -> PredictorArtifact:
-    """Read a predictor folder, verify its content hash, and rebuild the estimator.
+    """Read a predictor folder (or ``hf://ORG/REPO[@revision][/PATH]``, fetched through the Hub client's
+    cache: :mod:`sparseeval.predictor_hub`), verify its content hash, and rebuild the estimator.
 
     Raises :class:`ArtifactError` naming the folder when a file is missing, the format is unknown,
     or the hash does not match (an edited anchor list or state would silently mis-score models).
     Reads format versions 2 (``state.safetensors``, NumPy only) and 1 (``state.pt``, needs torch).
     """
     import sparseeval.methods  # noqa: F401  (registers every method so from_state can find it)
+    from sparseeval import predictor_hub
 
+    source = str(folder)
+    folder = predictor_hub.resolve(folder)
     # a published path is a link that a publication swaps in one rename: resolve it once, so both
     # files come from the same version even if the link moves while they are read
     folder = Path(folder).resolve()
@@ -311,7 +317,8 @@ def load_predictor(folder: str | Path) -> PredictorArtifact:
     return PredictorArtifact(estimator=estimator, benchmark=meta["benchmark"], item_ids=meta["item_ids"],
                              anchors=anchors, calibration=meta["calibration"],
                              train_models=meta["train_models"], library_version=meta["library_version"],
-                             content_hash=meta["content_hash"], folder=folder, extra=meta.get("extra", {}))
+                             content_hash=meta["content_hash"], folder=folder, extra=meta.get("extra", {}),
+                             source=source)
 
 
 def _read_state(folder: Path, meta: dict[str, Any], raw: bytes) -> dict[str, Any]:

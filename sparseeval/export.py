@@ -52,7 +52,7 @@ def lm_eval_samples(artifacts: Sequence[PredictorArtifact], first: int | None = 
 
 
 def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str | Path,
-                     first: int | None = None) -> list[str]:
+                     first: int | None = None, *, output_path: str = "RUN_DIR") -> list[str]:
     """The ``lm_eval`` command(s) that answer the anchors under the predictors' training settings.
 
     The few-shot count is part of what the predictor learned (its benchmark variant: ``arc`` is the
@@ -73,7 +73,7 @@ def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str |
                                                if a.task and (a.benchmark or art.benchmark) == bench)
                       if t not in tasks]
     return [f"lm_eval run --model hf --model_args pretrained=YOUR_MODEL --tasks {','.join(tasks)} "
-            f"--num_fewshot {shots} --samples {samples_file} --log_samples --output_path RUN_DIR"
+            f"--num_fewshot {shots} --samples {samples_file} --log_samples --output_path {output_path}"
             for shots, tasks in sorted(by_shots.items()) if tasks]
 
 

@@ -68,6 +68,11 @@ class Comparison:
     distinguishable: bool  #: the interval excludes 0
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["warnings"] = list(self.warnings)
+        return d
+
 
 def _as_artifact(artifact_or_folder: PredictorArtifact | str | Path) -> PredictorArtifact:
     if isinstance(artifact_or_folder, PredictorArtifact):

@@ -36,6 +36,7 @@ from typing import Any
 import polars as pl
 
 from sparseeval.benchmarks import MMLU_SUBJECTS, V2_GROUPS, canonical_benchmark
+from sparseeval.readers.anchor_runs import anchor_specs, native_data, native_record
 from sparseeval.readers.base import (
     MODELS_SCHEMA,
     RESPONSES_SCHEMA,
@@ -773,7 +774,36 @@ def collect(path: Path) -> tuple[list[Run], list[PartNote], list[Path]]:
                       else "lm-eval-0.4.3+")
             run.samples[task] = SamplesPart(task=task, path=p)
             runs.append(run)
+    for run in runs:
+        notes += _as_harness_tasks(run)
     return runs, notes, files
+
+
+def _as_harness_tasks(run: Run) -> list[PartNote]:
+    """Rewrite a run of exported anchor tasks (``sparseeval export --format lm-eval-task``) into the harness
+    tasks they stand for (:mod:`sparseeval.readers.anchor_runs`); notes for samples that cannot be read."""
+    specs = anchor_specs(run.data)
+    if not specs:
+        return []
+    notes: list[PartNote] = []
+    merged: dict[str, tuple[Path, dict[Any, Any]]] = {}
+    for task, spec in specs.items():
+        part = run.samples.pop(task, None)
+        if part is None:
+            continue
+        try:
+            records = [native_record(r, spec["metric"]) for _, r in iter_records(part)]
+        except InputError as exc:
+            notes.append(PartNote(part.label, "refused", _reason(exc)))
+            continue
+        path, by_doc = merged.setdefault(spec["base_task"], (part.path, {}))
+        for r in records:  # a harness task in two exported entries (a joint and a single predictor): once
+            key = (r.get("doc_id"), r.get("filter")) if isinstance(r, dict) else id(r)
+            by_doc.setdefault(key, r)
+    run.data = native_data(run.data, specs)
+    for base, (path, by_doc) in merged.items():
+        run.samples[base] = SamplesPart(task=base, path=path, records=list(by_doc.values()))
+    return notes
 
 
 # -------------------------------------------------------------------------------------------- reading
@@ -947,6 +977,9 @@ def _score(run: Run, bench: str, members: list[_TaskRows], where: str | None
             return None, PartNote(part, "refused", f"no aggregate {metric},{filt} for task {key}")
         n_shot = run.n_shot(key)
     if limits:
+        if _anchor_subset(members):  # lm_eval --samples: chosen documents, not the first N
+            return None, PartNote(part, "skipped", f"anchor run (lm-eval --samples, {limits[0]:g} chosen documents): "
+                                                   "its aggregate is not a benchmark score (responses kept)")
         return None, PartNote(part, "skipped", f"run used --limit {limits[0]:g}: its aggregate is not a "
                                                "benchmark score (responses kept)")
     if contradictions:
@@ -956,6 +989,19 @@ def _score(run: Run, bench: str, members: list[_TaskRows], where: str | None
                                                "in [0, 1]")
     return {"score": value, "task": key, "n_shot": n_shot, "metric": metric, "filter": filt,
             "limit": None}, None
+
+
+def _anchor_subset(members: list[_TaskRows]) -> bool:
+    """Whether a partial run's documents were chosen (``--samples``), not the first N (``--limit``): a
+    --limit run answers doc ids 0..N-1 of every task, an anchor run scattered ones."""
+    for m in members:
+        if m.frame is None or m.frame.height == 0:
+            continue
+        docs = sorted(int(i.rsplit(".", 1)[-1]) for i in m.frame.get_column("item_id").to_list()
+                      if i.rsplit(".", 1)[-1].isdigit())
+        if docs != list(range(len(docs))):
+            return True
+    return False
 
 
 def _weighted_mean(run: Run, bench: str, members: list[_TaskRows], metric: str, filt: str | None
