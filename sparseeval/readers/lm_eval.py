@@ -799,10 +799,16 @@ def _as_harness_tasks(run: Run) -> list[PartNote]:
         path, by_doc = merged.setdefault(spec["base_task"], (part.path, {}))
         for r in records:  # a harness task in two exported entries (a joint and a single predictor): once
             key = (r.get("doc_id"), r.get("filter")) if isinstance(r, dict) else id(r)
-            by_doc.setdefault(key, r)
+            seen = by_doc.setdefault(key, r)
+            if isinstance(r, dict) and seen is not r and seen.get(spec["metric"]) != r.get(spec["metric"]):
+                notes.append(PartNote(part.label, "refused", f"document {key[0]} of {spec['base_task']} was answered "
+                                                             f"twice in this run, differently ({task} and another "
+                                                             "exported task): run the two exports separately"))
+                by_doc[key] = None
     run.data = native_data(run.data, specs)
     for base, (path, by_doc) in merged.items():
-        run.samples[base] = SamplesPart(task=base, path=path, records=list(by_doc.values()))
+        if None not in by_doc.values():
+            run.samples[base] = SamplesPart(task=base, path=path, records=list(by_doc.values()))
     return notes
 
 
