@@ -23,9 +23,9 @@ from sparseeval.errors import UserError
 #: command -> one-line summary, in the order ``--help`` lists them (each module's parser repeats it)
 COMMANDS: dict[str, str] = {
     "ingest": "ingest result files or folders (long tables, lm-eval output, lighteval, leaderboard details)",
-    "evaluate": "compare anchor methods on held-out models",
-    "fit": "fit, calibrate and save a predictor for one benchmark",
-    "export": "export anchors for lm-eval (--samples) or as CSV",
+    "evaluate": "compare anchor methods on held-out models (needs the [fit] extra)",
+    "fit": "fit, calibrate and save a predictor for a benchmark (needs the [fit] extra)",
+    "export": "export anchors as an lm-eval task (lm-eval prints the estimate), a --samples file or CSV",
     "predict": "predict full-benchmark scores from anchor answers",
     "next": "adaptive anchors: what to run next, or whether the interval is narrow enough",
     "compare": "paired comparison of two models from their anchor answers",
@@ -90,7 +90,7 @@ def add_verbosity(parser: argparse.ArgumentParser, *, top: bool = False) -> None
     (on a command's parser they leave the value alone unless given: the top parser holds the default)."""
     default = {} if top else {"default": argparse.SUPPRESS}
     parser.add_argument("-v", "--verbose", action="store_true", **default,  # type: ignore[arg-type]
-                        help="debug logging (every library message, tracebacks of unexpected errors)")
+                        help="debug logging: every library message")
     parser.add_argument("-q", "--quiet", action="store_true", **default,  # type: ignore[arg-type]
                         help="errors only: no progress lines, no warnings")
 

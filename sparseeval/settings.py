@@ -87,7 +87,7 @@ def predictor_dir() -> Path:
 def describe(*names: str) -> str:
     """The settings (``names``: only these, by short name) as a table for ``--help`` epilogs and the docs."""
     chosen = [SETTINGS[n] for n in names] if names else list(SETTINGS.values())
-    return "\n".join(f"  {s.env:<32} {s.help} (default: {s.default or '-'})" for s in chosen)
+    return "\n".join(f"  {s.env:<32} {s.help}" + (f" (default: {s.default})" if s.default else "") for s in chosen)
 
 
 def overrides(name: str) -> str:

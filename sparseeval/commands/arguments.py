@@ -110,7 +110,7 @@ def benchmark_names(text: str) -> list[str]:
 def add_benchmark_argument(parser: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:
     """``--benchmark B[,B...]``, repeatable, the same in every command: ``args.benchmark`` is a list
     (None when not given)."""
-    parser.add_argument("--benchmark", "--benchmarks", dest="benchmark", action="extend", type=benchmark_names,
+    parser.add_argument("--benchmark", dest="benchmark", action="extend", type=benchmark_names,
                         metavar="B[,B...]", required=required,
                         help=f"{help}; several: comma-separated or the option repeated")
 
