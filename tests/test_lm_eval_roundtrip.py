@@ -75,7 +75,8 @@ def test_lm_eval_round_trip(tmp_path: Path, capsys) -> None:
     assert evaluated == exported[TASK]  # exactly the anchors, nothing else
 
     capsys.readouterr()
-    assert main(["predict", "--predictor", str(pred), "--answers", str(run),
+    assert main(["predict", "--no-db",
+                     "--predictor", str(pred), "--answers", str(run),
                  "--json", str(tmp_path / "p.json")]) == 0
     printed = capsys.readouterr().out
     assert TASK in printed and f"{K}/{K}" in printed

@@ -88,5 +88,5 @@ def test_state_file_is_checked_against_predictor_json(tmp_path: Path) -> None:
     upgrade(folder)
     (folder / "state.pt").write_bytes((V1 / "toy-mlp" / "state.pt").read_bytes())
     (folder / STATE_FILE).unlink()
-    with pytest.raises(ArtifactError, match="keeps its state in state.safetensors"):
+    with pytest.raises(ArtifactError, match=r"keeps its state in state\.safetensors"):
         load_predictor(folder)
