@@ -99,6 +99,14 @@ class PredictorArtifact:
         """The benchmarks whose answers this predictor reads (one, or a joint predictor's several)."""
         return list(self.extra["joint"]["benchmarks"]) if self.is_joint else [self.benchmark]
 
+    def training_settings(self, benchmark: str | None = None) -> dict[str, Any]:
+        """The settings (n_shot, metric, filter, harness...) the training data of ``benchmark`` (default:
+        the predictor's) was run with, as recorded at fit time; empty when nothing was recorded."""
+        recorded = self.extra.get("settings") or {}
+        if self.is_joint:
+            return dict(recorded.get(benchmark or "") or {})
+        return dict(recorded)
+
     @property
     def anchor_item_ids(self) -> list[str]:
         return [a.item_id for a in self.anchors]

@@ -65,8 +65,7 @@ def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str |
     for art in artifacts:
         for bench in art.benchmarks:  # a joint predictor: each benchmark under its own settings
             base, shots, _ = split_variant(bench)
-            settings = art.extra.get("settings") or {}
-            recorded = (settings.get(bench) or {}).get("n_shot") if art.is_joint else settings.get("n_shot")
+            recorded = art.training_settings(bench).get("n_shot")
             shots = recorded if recorded is not None else default_n_shot(base) if shots is None else shots
             tasks = by_shots.setdefault(shots, [])
             tasks += [t for t in dict.fromkeys(a.task for a in selected_anchors(art, first)

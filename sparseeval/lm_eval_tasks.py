@@ -79,8 +79,7 @@ def task_name(*parts: str) -> str:
 def leaf_settings(art: PredictorArtifact, benchmark: str) -> dict[str, Any]:
     """The n-shot, metric and filter the predictor's training data for ``benchmark`` were run with
     (recorded at fit time; the plain leaderboard name's defaults when nothing was recorded)."""
-    recorded = art.extra.get("settings") or {}
-    mine = (recorded.get(benchmark) or {}) if art.is_joint else recorded
+    mine = art.training_settings(benchmark)
     base, shots, _ = split_variant(benchmark)
     n_shot = mine.get("n_shot")
     if n_shot is None:

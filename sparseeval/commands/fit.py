@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from sparseeval import settings
-from sparseeval.benchmarks import canonical_benchmark
+from sparseeval.benchmarks import canonical_benchmark, same_metric
 from sparseeval.commands.arguments import (
     add_benchmark_argument,
     check_k_below_items,
@@ -50,6 +50,19 @@ example:
   sparseeval fit --data results/ --benchmark arc -k 20 --out predictors/arc"""
 
 
+def check_one_metric(benchmark: str, metrics: dict[str | None, int], data: Path) -> None:
+    """A predictor learns one score: training runs scored by different metrics (the metric is settings
+    data, not part of the benchmark's name) are refused, naming them, rather than pooled."""
+    distinct: list[str] = []
+    for m in (m for m in metrics if m is not None):
+        if not any(same_metric(benchmark, m, d) for d in distinct):
+            distinct.append(m)
+    if len(distinct) > 1:
+        counts = ", ".join(f"{m} ({metrics[m]} runs)" for m in distinct)
+        raise InputError(data, f"benchmark {benchmark!r}: the runs were scored by different metrics ({counts}); "
+                               "a predictor learns one score: keep the runs of one metric")
+
+
 def run(args: argparse.Namespace) -> int:
     benches = list(dict.fromkeys(canonical_benchmark(b) for b in args.benchmark))
     joint = args.method == JOINT_METHOD
@@ -70,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         if missing:
             raise InputError(args.data, f"no benchmark {', '.join(map(repr, missing))} "
                                         f"(found: {', '.join(data.benchmarks())})")
+        for b in benches:
+            check_one_metric(b, data.metrics(b), args.data)
         if joint:  # one anchor set for every listed benchmark, K per benchmark
             responses, scores = data.long(None)
             artifact = fit_joint_predictor(

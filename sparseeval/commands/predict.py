@@ -18,7 +18,7 @@ import polars as pl
 from sparseeval import settings
 from sparseeval.answers import read_answers
 from sparseeval.artifact import PredictorArtifact, load_predictor
-from sparseeval.benchmarks import canonical_benchmark, default_n_shot, split_variant
+from sparseeval.benchmarks import canonical_benchmark, default_n_shot, same_metric, split_variant
 from sparseeval.commands.arguments import add_benchmark_argument, add_output_arguments, existing_path, writable_db
 from sparseeval.commands.output import to_stdout, write_records
 from sparseeval.errors import UsageError
@@ -103,6 +103,20 @@ def settings_mismatches(artifacts: list[PredictorArtifact], answers: pl.DataFram
     return out
 
 
+def metric_mismatches(artifacts: list[PredictorArtifact], answers: pl.DataFrame) -> list[tuple[str, str, str]]:
+    """(benchmark, the answers' metric, the predictor's) where the answers were scored by another metric
+    than the predictor's training data (the metric is settings data of every row, never part of a name)."""
+    if "metric" not in answers.columns:
+        return []
+    out = []
+    for art in artifacts:
+        for bench in art.benchmarks:
+            want = art.training_settings(bench).get("metric")
+            got = answers.filter(pl.col("benchmark") == bench).get_column("metric").drop_nulls().unique().sort()
+            out += [(bench, g, want) for g in got.to_list() if not same_metric(bench, g, want)]
+    return out
+
+
 def _describe(benchmark: str) -> str:
     base, shots, metric = split_variant(benchmark)
     shots = default_n_shot(base) if shots is None else shots
@@ -127,6 +141,12 @@ def predict_all(artifacts: list[PredictorArtifact], answers: pl.DataFrame, *,
     if mismatched:
         forced = dict(mismatched)
         answers = answers.with_columns(pl.col("benchmark").replace(forced))
+    scored = {bench: (got, want) for bench, got, want in metric_mismatches(artifacts, answers)}
+    if scored and not force_settings:
+        bench, (got, want) = next(iter(scored.items()))
+        raise UsageError(f"the answers to {bench!r} were scored by metric {got!r} but the predictor was trained on "
+                         f"{want!r} results: rerun the anchors scored by {want!r} (see `sparseeval export`), or "
+                         "pass --force-settings to predict from them anyway")
     present = set(answers.get_column("benchmark").unique().to_list())
     usable = [a for a in artifacts if any(b in present for b in a.benchmarks)]
     if not usable:
@@ -137,10 +157,13 @@ def predict_all(artifacts: list[PredictorArtifact], answers: pl.DataFrame, *,
     forced_joint = [a for a in usable if a.is_joint and any(b in back for b in a.benchmarks)]
     note = "; ".join(f"answers run as {back[b]} ({_describe(back[b])}), forced onto {_describe(b)}"
                      for a in forced_joint for b in a.benchmarks if b in back)
-    return [replace(p, warnings=(*p.warnings, f"answers run as {back[p.benchmark]} ({_describe(back[p.benchmark])}), "
-                                               f"forced onto {_describe(p.benchmark)}"))
-            if p.benchmark in back else
-            replace(p, warnings=(*p.warnings, note)) if note and p.benchmark == MEAN else p for p in preds]
+    preds = [replace(p, warnings=(*p.warnings, f"answers run as {back[p.benchmark]} ({_describe(back[p.benchmark])}), "
+                                                f"forced onto {_describe(p.benchmark)}"))
+             if p.benchmark in back else
+             replace(p, warnings=(*p.warnings, note)) if note and p.benchmark == MEAN else p for p in preds]
+    return [replace(p, warnings=(*p.warnings, f"answers scored by {scored[p.benchmark][0]}, forced onto a predictor "
+                                               f"trained on {scored[p.benchmark][1]}"))
+            if p.benchmark in scored else p for p in preds]
 
 
 def prediction_record(p: Prediction) -> dict[str, Any]:

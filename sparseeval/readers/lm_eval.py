@@ -963,9 +963,7 @@ def _score(run: Run, bench: str, members: list[_TaskRows], where: str | None
                                                    f"({len(present & set(MMLU_SUBJECTS))} present): not stored")
         value: float | None = sum(values[s] for s in MMLU_SUBJECTS) / len(MMLU_SUBJECTS)  # type: ignore[misc]
         key = benchmark_task(run, plan)
-        n_shot = run.n_shot(key) if key in run.results else None
-        if n_shot is None:  # the mmlu group has no n-shot entry of its own (0.4.3+): its subjects' count
-            n_shot = run.n_shot(subjects[MMLU_SUBJECTS[0]].plan.task)
+        n_shot = _members_n_shot(run, key, [m.plan.task for m in subjects.values()])
     elif any(m.plan.prefix is not None for m in members):  # a benchmark of subtasks: its group's aggregate
         key = plan.group or harness_group(bench) or bench
         value = _aggregate(run.results.get(key, {}), metric, filt)
@@ -973,7 +971,7 @@ def _score(run: Run, bench: str, members: list[_TaskRows], where: str | None
             value = _weighted_mean(run, bench, members, metric, filt)
         if value is None:
             return None, None
-        n_shot = run.n_shot(key) if run.n_shot(key) is not None else run.n_shot(tasks[0])
+        n_shot = _members_n_shot(run, key, tasks)
     else:
         key = plan.task
         if key not in run.results:
@@ -995,6 +993,16 @@ def _score(run: Run, bench: str, members: list[_TaskRows], where: str | None
                                                "in [0, 1]")
     return {"score": value, "task": key, "n_shot": n_shot, "metric": metric, "filter": filt,
             "limit": None}, None
+
+
+def _members_n_shot(run: Run, group: str, tasks: Sequence[str]) -> int | None:
+    """A group's few-shot count: its subtasks' when they agree. A group runs no documents of its own, and
+    the harness's entry for it is no count (0.4.2-0.4.3 wrote 0 for MMLU's group whose 57 subjects ran
+    5-shot, from a subgroup not yet filled in; 0.4.5+ writes none). Subtasks that disagree: unknown."""
+    counts = {n for t in tasks if (n := run.n_shot(t)) is not None}
+    if len(counts) == 1:
+        return counts.pop()
+    return None if counts else run.n_shot(group)
 
 
 def _anchor_subset(members: list[_TaskRows]) -> bool:
