@@ -80,11 +80,14 @@ def fetch(ref: HubPredictor, cache_dir: str | Path | None = None) -> Path:
 
     Raises :class:`PredictorSourceError` with the Hub fault in one line."""
     from huggingface_hub import snapshot_download
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     from sparseeval.hub_sources import _endpoint, _offline, _token, explain
 
     cache = cache_dir if cache_dir is not None else os.environ.get("HF_HUB_CACHE")
     prefix = f"{ref.path}/" if ref.path else ""
+    quiet = are_progress_bars_disabled()
+    disable_progress_bars()  # a few small files: the client's bars would only bury the command's output
     try:
         snapshot = Path(snapshot_download(
             ref.repo, repo_type=ref.repo_type, revision=ref.revision, cache_dir=str(cache) if cache else None,
@@ -92,6 +95,9 @@ def fetch(ref: HubPredictor, cache_dir: str | Path | None = None) -> Path:
             token=_token()))
     except Exception as exc:
         raise PredictorSourceError(f"{ref}: {explain(exc)}") from None
+    finally:
+        if not quiet:
+            enable_progress_bars()
     folder = snapshot / ref.path if ref.path else snapshot
     if not (folder / "predictor.json").is_file():
         where = f"folder {ref.path!r}" if ref.path else "the repo's top folder"

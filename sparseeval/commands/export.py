@@ -29,6 +29,8 @@ flag in its own results table. The predictors are copied into the folder, so it 
 --format lm-eval writes the JSON file lm-eval's --samples option takes ({{task: [doc ids]}}) and prints
 the lm_eval commands that run it; score the run with `sparseeval predict --answers {RUN_DIR}`.
 --format csv writes one row per anchor (benchmark, task, doc_id, item_id, position).
+--format model-card writes a predictor's Hub model card (README.md: benchmarks, anchors, settings,
+training population, accuracy, data licence); publish the folder with `hf upload ORG/REPO DIR .`.
 
 Without --predictor or --benchmark every predictor published in --registry is exported.
 
@@ -44,6 +46,20 @@ def predictor_flags(artifacts: list[PredictorArtifact]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     artifacts = load_predictors(args, default_all=True)
+    if args.format == "model-card":
+        from sparseeval.atomic import atomic_write_text
+        from sparseeval.model_card import model_card
+
+        if len(artifacts) != 1:
+            raise UsageError(f"a model card describes one predictor; got {len(artifacts)}")
+        source = artifacts[0].source or ""
+        repo = source.removeprefix("hf://") if source.startswith("hf://") else args.repo
+        atomic_write_text(args.out, model_card(artifacts[0], repo))
+        print(f"wrote the model card of {artifacts[0].benchmark} to {args.out}")
+        folder = args.out.parent if args.out.name == "README.md" else artifacts[0].folder
+        print("next: publish the folder as a Hub model repo (the Hub's own client, logged in with `hf auth login`):")
+        print(f"  hf upload {repo} {shlex.quote(str(folder))} . --repo-type model")
+        return 0
     if args.format == "lm-eval-task":
         from sparseeval.lm_eval_tasks import write_task_folder
 
@@ -77,9 +93,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               epilog="environment variables (the options above override them):\n"
                                      + settings.describe("predictors", "data_dir"))
     add_predictor_arguments(p)
-    p.add_argument("--format", choices=("lm-eval-task", *FORMATS), default="lm-eval",
+    p.add_argument("--format", choices=("lm-eval-task", *FORMATS, "model-card"), default="lm-eval",
                    help="lm-eval-task: a task folder for lm_eval --include_path (lm-eval prints the estimate); "
-                        "lm-eval: a --samples file; csv: a table of the anchors (default: lm-eval)")
+                        "lm-eval: a --samples file; csv: a table of the anchors; model-card: the predictor's "
+                        "Hub README.md (default: lm-eval)")
+    p.add_argument("--repo", default="ORG/REPO", metavar="ORG/REPO",
+                   help="model-card: the Hub repo the predictor is published as, for the card's usage lines")
     p.add_argument("--out", type=Path, required=True, metavar="PATH",
                    help="the file to write (lm-eval, csv), or the folder (lm-eval-task; created, its task files "
                         "replaced)")

@@ -13,11 +13,12 @@ import argparse
 import shlex
 import time
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from sparseeval import settings
-from sparseeval.benchmarks import canonical_benchmark, same_metric
+from sparseeval.benchmarks import DEFAULT_SETTINGS, canonical_benchmark, default_n_shot, same_metric
 from sparseeval.commands.arguments import (
     add_benchmark_argument,
     check_k_below_items,
@@ -48,6 +49,18 @@ command that exports it for lm-eval. Needs the [fit] extra: pip install 'sparsee
 
 example:
   sparseeval fit --data results/ --benchmark arc -k 20 --out predictors/arc"""
+
+
+def training_settings(benchmark: str, recorded: dict[str, Any]) -> dict[str, Any]:
+    """The settings a predictor records for its training data: what the data recorded, else what the
+    benchmark's plain name stands for (``arc``: the leaderboard's 25-shot acc_norm), marked as such, so
+    ``export`` runs the anchors the way the data was run and ``predict`` can check answers against it."""
+    if recorded.get("n_shot") is not None or recorded.get("metric") or benchmark not in DEFAULT_SETTINGS:
+        return recorded
+    from sparseeval.readers.lm_eval import PREFERRED_METRICS
+
+    return {**recorded, "n_shot": default_n_shot(benchmark), "metric": PREFERRED_METRICS[benchmark][0],
+            "from": "the benchmark's name (the data records no settings)"}
 
 
 def check_one_metric(benchmark: str, metrics: dict[str | None, int], data: Path) -> None:
@@ -90,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
             artifact = fit_joint_predictor(
                 responses, scores, benches, args.k, calibration_frac=args.calibration_frac, seed=args.seed,
                 device=args.device, alpha=args.alpha, models=data.models(),
-                row_mean_is_score=args.row_mean_is_score, settings={b: data.settings(b) for b in benches})
+                row_mean_is_score=args.row_mean_is_score,
+                settings={b: training_settings(b, data.settings(b)) for b in benches})
         else:
             responses, scores = data.long(bench)
             n_items = responses.lazy().select(pl.col("item_id").n_unique()).collect().item()
@@ -98,8 +112,13 @@ def run(args: argparse.Namespace) -> int:
             artifact = fit_predictor(responses, scores, bench, args.k, args.method,
                                      calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
                                      alpha=args.alpha, models=data.models(),
-                                     row_mean_is_score=args.row_mean_is_score, settings=data.settings(bench))
+                                     row_mean_is_score=args.row_mean_is_score,
+                                     settings=training_settings(bench, data.settings(bench)))
         tick(f"selected and calibrated {artifact.k} anchors")
+        if args.data_licence:
+            artifact.extra["data_licence"] = args.data_licence
+        if args.data_source:
+            artifact.extra["data_source"] = args.data_source
         saved = artifact.save(out)
         tick(f"saved {out}")
     c = saved.calibration
@@ -143,4 +162,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--registry", type=Path, default=None, metavar="DIR",
                    help="published predictors folder (" + settings.overrides("predictors")
                         + ", else <data dir>/predictors)")
+    p.add_argument("--data-licence", metavar="LICENCE",
+                   help="the licence of --data (e.g. CC-BY-NC-SA-4.0), recorded in the predictor and its model card")
+    p.add_argument("--data-source", metavar="TEXT",
+                   help="where --data comes from (a sentence for the model card)")
     p.set_defaults(func=run)
