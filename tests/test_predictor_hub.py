@@ -110,3 +110,21 @@ def test_offline_without_cache_and_a_tampered_download(tmp_path: Path, hub, pred
         load_predictor("hf://team/tampered")
     assert parse("hf://models/team/x@v1/sub/dir") == parse("hf://team/x@v1/sub/dir")
     shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+
+
+def test_model_card_says_what_the_predictor_is(tmp_path: Path, predictors, capsys: pytest.CaptureFixture[str]) -> None:
+    art = load_predictor(predictors[0])
+    art.extra.update({"data_licence": "CC-BY-NC-SA-4.0", "frontier": {"k_for_2_points": 14}})
+    folder = tmp_path / "pub"
+    saved = art.save(folder)
+    assert main(["export", "--predictor", str(folder), "--format", "model-card", "--repo", "team/toy-predictor",
+                 "--out", str(folder / "README.md")]) == 0
+    card = (folder / "README.md").read_text()
+    assert card.startswith("---\nlicense: cc-by-nc-sa-4.0\nlibrary_name: sparseeval\n")
+    for expected in ("sparseeval predict --predictor hf://team/toy-predictor --answers sparseeval_run",
+                     f"| toy | {art.k} | `toy` ({art.k}) |", f"Fitted on **{art.train_models['count']} models**",
+                     "| toy | " + f"{art.calibration['calibration_mae_points']:.2f}", "| k_for_2_points | 14 |",
+                     "Data licence: **CC-BY-NC-SA-4.0**", saved.content_hash):
+        assert expected in card, expected
+    assert f"hf upload team/toy-predictor {folder} . --repo-type model" in capsys.readouterr().out
+    assert load_predictor(folder).content_hash == saved.content_hash  # the card sits beside the hashed files
