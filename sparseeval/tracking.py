@@ -466,7 +466,7 @@ def _state_file(folder: Path) -> Path:
 def load_estimator_from_folder(folder: Path) -> Any:
     """Rebuild the fitted :class:`~sparseeval.methods.base.AnchorEstimator` saved in ``folder``.
 
-    A published predictor folder (``predictor.json`` + ``state.pt``) goes through
+    A published predictor folder (``predictor.json`` + ``state.safetensors``, or a version-1 ``state.pt``) goes through
     :func:`sparseeval.artifact.load_predictor`, which verifies its content hash; a bare state file
     (``torch.save(estimator.get_state())``) is read directly.
     """
@@ -583,8 +583,6 @@ def register_predictor(cfg: TrackingConfig, *, benchmark: str, predictor_dir: Pa
         raise FileNotFoundError(f"{predictor_dir}: predictor folder not found")
     client = cfg.client()
     run = client.get_run(run_id)
-    import torch
-
     from sparseeval import __version__
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -606,8 +604,9 @@ def register_predictor(cfg: TrackingConfig, *, benchmark: str, predictor_dir: Pa
                 python_model=str(code),
                 artifacts={"predictor": str(staged)},
                 signature=_signature(predictor_dir),
+                # a saved predictor runs in NumPy: loading the model needs no torch (sparseeval's light install)
                 pip_requirements=[f"sparseeval=={__version__}", f"mlflow=={mlflow.__version__}",
-                                  f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"],
+                                  f"numpy=={np.__version__}"],
                 metadata={"benchmark": benchmark},
             )
         client.log_artifacts(run_id, str(model_dir), artifact_path)

@@ -86,7 +86,8 @@ def test_light_install_predicts_and_exports_without_torch(tmp_path: Path) -> Non
         repo.push(files_from(pred))
         server.models["team/toy-gen"] = repo
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARSEEVAL_DB", "SPARSEEVAL_DATA_DIR")}
-        env |= {"HF_ENDPOINT": server.url, "HF_HUB_CACHE": str(tmp_path / "cache"), "SPARSEEVAL_DATA_DIR": str(tmp_path)}
+        env |= {"HF_ENDPOINT": server.url, "HF_HUB_CACHE": str(tmp_path / "cache"),
+                "SPARSEEVAL_DATA_DIR": str(tmp_path)}
         cli = str(venv / "bin" / "sparseeval")
         light = subprocess.run([cli, "predict", "--predictor", "hf://team/toy-gen", "--answers", str(real),
                                 "--json", "-"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
