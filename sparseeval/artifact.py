@@ -17,9 +17,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +24,7 @@ from typing import Any
 import numpy as np
 
 import sparseeval
+from sparseeval.atomic import atomic_folder
 from sparseeval.benchmarks import split_variant
 from sparseeval.errors import UserError
 from sparseeval.methods.base import AnchorEstimator
@@ -256,21 +254,11 @@ def save_predictor(folder: str | Path, *, estimator: AnchorEstimator, benchmark:
                 return artifact
         except (ValueError, ArtifactError):
             pass  # unreadable or tampered: replace it
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    def fill(tmp: Path) -> None:
         (tmp / STATE_FILE).write_bytes(state)
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True, allow_nan=False) + "\n")
-        if folder.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
-            os.replace(folder, old / folder.name)
-            os.replace(tmp, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    atomic_folder(folder, fill)
     return artifact
 
 

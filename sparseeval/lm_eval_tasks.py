@@ -26,10 +26,8 @@ needs nothing but ``pip install sparseeval`` next to lm-eval. Writing needs no l
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +36,7 @@ from typing import Any
 import yaml
 
 from sparseeval.artifact import LEGACY_STATE_FILE, META_FILE, STATE_FILE, PredictorArtifact
+from sparseeval.atomic import atomic_folder
 from sparseeval.benchmarks import default_n_shot, split_variant
 from sparseeval.errors import UsageError
 from sparseeval.readers.anchor_runs import DOC_FIELD, RAW_KEY  # noqa: F401  (the task's document field and metric)
@@ -170,9 +169,7 @@ def write_task_folder(artifacts: Sequence[PredictorArtifact], out: str | Path,
     top, leaves, groups = _plan(artifacts)
     mean_keys = next((g["keys"] for g in groups if g["name"] == top), [])
     names = [leaf["name"] for leaf in leaves]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    def fill(tmp: Path) -> None:
         (tmp / MARKER).write_text("written by sparseeval export --format lm-eval-task\n")
         for art in artifacts:
             _copy_predictor(art, tmp / "predictors" / task_name(art.benchmark))
@@ -182,14 +179,6 @@ def write_task_folder(artifacts: Sequence[PredictorArtifact], out: str | Path,
         for group in groups:
             doc = _group_yaml(group["name"], group["children"], group["keys"])
             (tmp / f"{group['name']}.yaml").write_text(yaml.dump(doc, Dumper=_Dumper, sort_keys=False))
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    atomic_folder(out, fill)
     return WrittenTask(top, tuple(names))

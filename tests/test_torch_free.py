@@ -90,3 +90,24 @@ def test_state_file_is_checked_against_predictor_json(tmp_path: Path) -> None:
     (folder / STATE_FILE).unlink()
     with pytest.raises(ArtifactError, match=r"keeps its state in state\.safetensors"):
         load_predictor(folder)
+
+
+def test_store_commands_run_without_the_extras(tmp_path: Path) -> None:
+    """ingest, sql and doctor in a process without pyarrow, pandas, torch...: DuckDB and Polars meet through
+    the Arrow C stream; fit and evaluate name the extra they need."""
+    db = str(tmp_path / "s.duckdb")
+
+    def light(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*LIGHT, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+    real = ROOT / "tests" / "fixtures" / "real_formats" / "lm_eval_0.4.13" / "dummy"
+    assert light("ingest", str(real), "--db", db).returncode == 0
+    done = light("sql", "--db", db, "SELECT benchmark, count(*) AS n FROM responses GROUP BY 1 ORDER BY 1",
+                 "--csv", "-")
+    assert done.stdout.split() == ["benchmark,n", "toy_gen@3shot,6", "toy_group@3shot,12"], done.stderr
+    assert light("sql", "--db", db, "SELECT * FROM responses", "--parquet", str(tmp_path / "r.parquet")).returncode == 0
+    assert pl.read_parquet(tmp_path / "r.parquet").height == 18
+    assert light("doctor", "--db", db).returncode == 0
+    for command in ("fit", "evaluate"):
+        refused = light(command, "--data", str(real), "--benchmark", "toy_gen@3shot")
+        assert refused.returncode == 2 and "pip install 'sparseeval[fit]'" in refused.stderr, refused.stderr

@@ -15,13 +15,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_wheel_installs_and_ingests_outside_the_checkout(tmp_path: Path) -> None:
-    dist = tmp_path / "dist"
+def build_wheel(dist: Path) -> Path:
+    """The project's wheel, built from this checkout into ``dist``."""
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                             str(REPO), "-w", str(dist)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-2000:]
     [wheel] = dist.glob("sparseeval-*.whl")
+    return wheel
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_ingests_outside_the_checkout(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path / "dist")
     site = tmp_path / "site"
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
                               str(wheel)], capture_output=True, text=True, timeout=300)
@@ -55,11 +60,7 @@ def test_light_install_predicts_and_exports_without_torch(tmp_path: Path) -> Non
     from sparseeval.cli import main
     from tests.hub_server import HubServer, Repo, files_from
 
-    dist = tmp_path / "dist"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            str(REPO), "-w", str(dist)], capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr[-2000:]
-    [wheel] = dist.glob("sparseeval-*.whl")
+    wheel = build_wheel(tmp_path / "dist")
     venv = tmp_path / "light"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     install = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], capture_output=True,
