@@ -79,13 +79,16 @@ def fetch(ref: HubPredictor, cache_dir: str | Path | None = None) -> Path:
     """The local folder (in the client's cache) holding the predictor ``ref`` names, downloaded if needed.
 
     Raises :class:`PredictorSourceError` with the Hub fault in one line."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     from sparseeval.hub_sources import _endpoint, _offline, _token, explain
 
     cache = cache_dir if cache_dir is not None else os.environ.get("HF_HUB_CACHE")
     prefix = f"{ref.path}/" if ref.path else ""
+    # the client reads HF_HUB_OFFLINE once, at import: follow the environment as it is now (a long-lived
+    # process, or one that imported the client while offline, would otherwise stay offline or online)
+    constants.HF_HUB_OFFLINE = _offline()
     quiet = are_progress_bars_disabled()
     disable_progress_bars()  # a few small files: the client's bars would only bury the command's output
     try:
