@@ -479,7 +479,10 @@ def load_estimator_from_folder(folder: Path) -> Any:
         from sparseeval.artifact import load_predictor
 
         return load_predictor(folder).estimator
-    state = torch.load(_state_file(folder), map_location="cpu", weights_only=True)
+    from sparseeval.artifact import join_state, split_state
+
+    # a bare torch.save state (tensors): as arrays, the estimators' state since format version 2
+    state = join_state(*split_state(torch.load(_state_file(folder), map_location="cpu", weights_only=True)))
     return methods.AnchorEstimator.from_state(state)
 
 
