@@ -153,7 +153,8 @@ def test_pipeline_on_hostile_benchmark_names(tmp_path: Path) -> None:
         answers = tmp_path / "answers.csv"
         lb.responses.filter((pl.col("benchmark") == name) & (pl.col("model") == model)).write_csv(answers)
         out = tmp_path / "pred.json"
-        assert cli_main(["predict", "--registry", str(predictors), "--benchmark", name, "--answers", str(answers),
+        assert cli_main(["predict", "--no-db",
+                     "--registry", str(predictors), "--benchmark", name, "--answers", str(answers),
                          "--json", str(out)]) == 0
         rows = pl.read_json(out)
         assert rows["benchmark"].to_list() == [name] and rows["model"].to_list() == [model]
