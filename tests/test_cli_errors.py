@@ -237,7 +237,7 @@ VALUE_ROWS: list[Row] = [
     ("fit --method unknown", _fit("--method", "no-such-method"), "--method", "unknown method"),
     ("evaluate --benchmark unknown", _evaluate("-k", "3", "--benchmark", "no-such-bench"), "--benchmark",
      "no benchmark"),
-    ("evaluate --benchmark empty list", _evaluate("-k", "3", "--benchmark", ","), "--benchmark", "names no benchmark"),
+    ("evaluate --benchmark empty list", _evaluate("-k", "3", "--benchmark", ","), "--benchmark", "expected benchmark names"),
     ("fit --benchmark unknown", lambda r: ["fit", "--data", str(r / "data"), "--benchmark", "nope", "-k", "3",
                                            "--out", str(r / "out" / "p")], "--benchmark", "no benchmark"),
     ("predict --benchmark unpublished", lambda r: ["predict", "--benchmark", "nope", "--registry",
