@@ -12,9 +12,9 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run test test-fast lint ui mlflow-ui serve serve-stop bench-serve clean bench-accuracy bench-speed \
-	bench-ingest bench-coverage bench-refresh bench-simulate bench-ui bench-sql-start bench-hub-refresh \
-	bench-days
+.PHONY: install run test test-fast lint predictors ui mlflow-ui serve serve-stop serve-status bench-serve clean \
+	bench-accuracy bench-speed bench-ingest bench-coverage bench-refresh bench-simulate bench-ui bench-sql-start \
+	bench-hub-refresh mutants bench-days
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -43,6 +43,29 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check .
 
+# The Open LLM Leaderboard v1 predictors (one per benchmark, and the joint one), each a folder ready for
+# `hf upload ORG/REPO predictors/openllm_v1/<benchmark> .`: predictor.json, state.safetensors, the model
+# card (README.md) and the data's licence (CC BY-NC-SA 4.0, carried into every folder).
+OPENLLM_V1 ?= ../shared/data/openllm_v1
+OPENLLM_BENCHMARKS ?= arc gsm8k hellaswag mmlu truthfulqa
+PREDICTORS_OUT ?= predictors/openllm_v1
+OPENLLM_SOURCE := Open LLM Leaderboard v1 per-item results of ~4,000-5,000 real models, a subset of each \
+benchmark's items, from metabench (Kipnis et al., 2024; github.com/adkipnis/metabench)
+OPENLLM_LICENCE := CC-BY-NC-SA-4.0
+predictors: install
+	@set -e; for b in $(OPENLLM_BENCHMARKS) joint; do \
+	  if [ $$b = joint ]; then args="--method sparseeval-joint --benchmark $$(echo $(OPENLLM_BENCHMARKS) | tr ' ' ,)"; \
+	  else args="--benchmark $$b"; fi; \
+	  $(VENV)/bin/sparseeval fit --data $(OPENLLM_V1) $$args --out $(PREDICTORS_OUT)/$$b \
+	    --data-licence $(OPENLLM_LICENCE) --data-source "$(OPENLLM_SOURCE)"; \
+	  $(VENV)/bin/sparseeval export --predictor $(PREDICTORS_OUT)/$$b --format model-card \
+	    --repo ORG/sparseeval-openllm-v1-$$b --out $(PREDICTORS_OUT)/$$b/README.md; \
+	  printf '%s\n' "The data this predictor was fitted on: $(OPENLLM_SOURCE)." \
+	    "Licence: Creative Commons Attribution-NonCommercial-ShareAlike 4.0 International (CC BY-NC-SA 4.0)," \
+	    "https://creativecommons.org/licenses/by-nc-sa/4.0/ ; the predictor is derived from it and shared under the same terms." \
+	    > $(PREDICTORS_OUT)/$$b/LICENSE; \
+	done
+
 ui: install $(DAGSTER_HOME)/dagster.yaml
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
@@ -52,13 +75,17 @@ mlflow-ui: install
 	  --backend-store-uri sqlite:///$(SPARSEEVAL_DATA_DIR)/mlflow.db \
 	  --default-artifact-root $(SPARSEEVAL_DATA_DIR)/mlartifacts -h 127.0.0.1 -p 5000
 
-# served mode (docs/deploy.md): Postgres, MLflow tracking server, Dagster code server, webserver and
-# daemon as separate processes on 127.0.0.1; Ctrl-C or `make serve-stop` stops them all
+# served mode (docs/deploy.md): Postgres, then the MLflow tracking server, Dagster code server, webserver
+# and daemon under supervisord on 127.0.0.1; Ctrl-C or `make serve-stop` stops them all (runs drained);
+# supervisorctl works on them: .venv/bin/supervisorctl -c data/serve/supervisord.conf status|restart NAME|tail -f NAME
 serve: install
-	$(PY) -m pipelines.serve start
+	$(PY) -m sparseeval.serve start
 
 serve-stop:
-	$(PY) -m pipelines.serve stop
+	$(PY) -m sparseeval.serve stop
+
+serve-status:
+	$(PY) -m sparseeval.serve status
 
 bench-accuracy: install
 	$(PY) bench/accuracy.py
@@ -95,6 +122,10 @@ bench-serve: install
 
 bench-sql-start: install
 	$(PY) bench/sql_start.py
+
+# planted bugs, one at a time, against the tests that should catch each (bench/mutants.py)
+mutants: install
+	$(PY) bench/mutants.py
 
 clean:
 	rm -rf data .dagster_home

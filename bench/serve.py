@@ -1,6 +1,6 @@
 """The served mode's start-up and footprint, and one refresh of the embedded default served vs in-process.
 
-1. ``python -m pipelines.serve start --detach`` (what ``make serve`` runs, detached) in a fresh data
+1. ``python -m sparseeval.serve start --detach`` (what ``make serve`` runs, detached) in a fresh data
    folder: seconds until each service answers and until the Dagster UI answers (the webserver's
    GraphQL API lists the code location as loaded), from a cold start (``initdb`` included) and a
    warm one (the cluster exists).
@@ -9,7 +9,10 @@
 3. Memory of each service at rest (no run in flight, after that refresh): the resident and the
    proportional set of its process tree (Postgres: the postmaster and its backends; MLflow: its
    server and workers).
-4. ``make run`` (``python -m pipelines.run_all``: the same jobs in-process on a SQLite instance) on
+4. Back after a SIGKILL, at rest, three times each: the daemon (seconds until supervisord's new one
+   heartbeats) and the MLflow server (until a new server answers ``/health``, the killed one's
+   uvicorn child ended by the launcher).
+5. ``make run`` (``python -m pipelines.run_all``: the same jobs in-process on a SQLite instance) on
    the same data and settings in another folder.
 
     python bench/serve.py [--quick] [--root DIR]
@@ -33,7 +36,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipelines import serve  # noqa: E402
+from sparseeval.serve import bootstrap as serve  # noqa: E402
+from sparseeval.serve.drain import graphql  # noqa: E402
+from sparseeval.serve.supervisor import SERVICES, rpc  # noqa: E402
+from tests.test_serve import (  # noqa: E402
+    back_after_sigkill,
+    daemon_heartbeats_since,
+    mlflow_answers,
+    process_tree,
+)
 
 QUICK = {"SPARSEEVAL_K": "8", "SPARSEEVAL_METHOD": "sparseeval-linear", "SPARSEEVAL_COMPARE_METHODS": "random-linear",
          "SPARSEEVAL_COMPARE_KS": "8", "SPARSEEVAL_COMPARE_SEEDS": "1"}
@@ -45,7 +56,7 @@ def _tree_memory_mb(root: int) -> tuple[float, float]:
     counts a shared page once per process (Postgres's shared buffers in every backend); PSS splits
     it between them, so the PSS of the services adds up to what they take together."""
     rss = pss = 0
-    for pid in serve.process_tree({root}):
+    for pid in process_tree({root}):
         try:
             rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
         except OSError:
@@ -57,7 +68,7 @@ def _tree_memory_mb(root: int) -> tuple[float, float]:
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "pipelines.serve", *args], cwd=REPO, env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "sparseeval.serve", *args], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=900, check=False)
     if out.returncode:
         raise SystemExit(f"serve {' '.join(args)} failed:\n{out.stdout}{out.stderr}")
@@ -80,7 +91,7 @@ def _served(root: Path, settings: dict[str, str]) -> dict:
         web = state["ports"]["webserver"]
         t0 = time.monotonic()
         while True:  # the sensors' chain: ingest, the refreshes, the joint predictor
-            runs = serve.graphql(web, RUNS)["runsOrError"]["results"]
+            runs = graphql(web, RUNS)["runsOrError"]["results"]
             jobs = {r["jobName"] for r in runs}
             if {"ingest", "refresh", "joint"} <= jobs and all(r["status"] in ("SUCCESS", "FAILURE", "CANCELED")
                                                             for r in runs):
@@ -91,14 +102,21 @@ def _served(root: Path, settings: dict[str, str]) -> dict:
         out["refresh_s"] = time.monotonic() - t0
         out["runs"] = sorted((r["jobName"], r["status"]) for r in runs)
         time.sleep(10)  # at rest: no run in flight, the daemon ticking on unchanged data
-        state = json.loads((data / "serve" / "state.json").read_text())
-        out["memory_mb"] = {name: _tree_memory_mb(svc["pid"]) for name, svc in state["services"].items()}
+        lay = serve.Layout(data)
+        pids = {"postgres": serve.postgres_pid(lay),
+                **{n: rpc(lay).supervisor.getProcessInfo(n)["pid"] for n in SERVICES}}
+        out["memory_mb"] = {name: _tree_memory_mb(pid) for name, pid in pids.items()}
+        mlflow_port = state["ports"]["mlflow"]
+        out["back_s"] = {
+            "daemon": [back_after_sigkill(lay, "daemon", lambda t: daemon_heartbeats_since(web, t)) for _ in range(3)],
+            "mlflow": [back_after_sigkill(lay, "mlflow", lambda _: mlflow_answers(serve.LOOPBACK, mlflow_port))
+                       for _ in range(3)]}
         _cli(env, "stop")
         t0 = time.monotonic()
         _cli(env, "start", "--detach", *ports)
         out["warm_start_s"] = time.monotonic() - t0
     finally:
-        subprocess.run([sys.executable, "-m", "pipelines.serve", "stop", "--grace", "0"], cwd=REPO, env=env,
+        subprocess.run([sys.executable, "-m", "sparseeval.serve", "stop", "--grace", "0"], cwd=REPO, env=env,
                        capture_output=True, timeout=300, check=False)
     return out
 
@@ -128,7 +146,7 @@ def main() -> None:
     print(f"settings: {settings or 'the defaults (make run)'}; work folder {root}", flush=True)
     served = _served(root, settings)
     inproc = _in_process(root, settings)
-    print("\nstart-up (python -m pipelines.serve start --detach until every service answers)")
+    print("\nstart-up (python -m sparseeval.serve start --detach until every service answers)")
     print(f"  cold (initdb, role, databases): {served['cold_start_s']:6.1f} s   warm: {served['warm_start_s']:6.1f} s")
     for name, seconds in served["service_s"].items():
         print(f"    {name:<12} {seconds:6.1f} s")
@@ -137,6 +155,9 @@ def main() -> None:
         print(f"  {name:<12}                              {rss:5.0f} MB {pss:5.0f} MB")
     print(f"  {'total':<12}                              {sum(r for r, _ in served['memory_mb'].values()):5.0f} MB "
           f"{sum(p for _, p in served['memory_mb'].values()):5.0f} MB")
+    print("\nback after a SIGKILL (supervisord restarts it): seconds, three kills each")
+    for name, seconds in served["back_s"].items():
+        print(f"  {name:<12} {'  '.join(f'{s:5.1f}' for s in seconds)}   (max {max(seconds):.1f} s)")
     print("\none refresh of the embedded default (ingest, every benchmark, the joint predictor)")
     print(f"  served (daemon sensors, a process per run, two at once): {served['refresh_s']:6.1f} s  "
           f"runs: {served['runs']}")

@@ -1,13 +1,16 @@
 """A year of daily refreshes, simulated: ``python bench/simulate.py --days 365``.
 
-Plays ``pipelines.simulation`` (the real sensors and jobs, a seeded synthetic leaderboard's daily
+Plays ``tests.simulation`` (the real sensors and jobs, a seeded synthetic leaderboard's daily
 arrivals, crashes at every publication step boundary) and prints one line per day: seconds, runs, new
 registry versions, invariant violations; then the totals. Exit status 1 when any invariant broke.
 """
 
 import sys
+from pathlib import Path
 
-from pipelines.simulation import main
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness lives with the tests
+
+from tests.simulation import main
 
 if __name__ == "__main__":
     sys.exit(main(["play", *(sys.argv[1:] or ["--days", "60"]), *([] if "--root" in sys.argv else

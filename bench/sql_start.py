@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = {
         "python -c pass (interpreter alone)": [sys.executable, "-c", "pass"],
         "sparseeval sql 'SELECT 1'": [*sql, "SELECT 1"],
-        "sparseeval sql --csv (count responses)": [*sql, "--csv", "SELECT count(*) FROM responses"],
+        "sparseeval sql --csv - (count responses)": [*sql, "--csv", "-", "SELECT count(*) FROM responses"],
         "sparseeval sql --views": [*sql, "--views"],
         "sparseeval --help": [str(BIN / "sparseeval"), "--help"],
     }

@@ -113,6 +113,8 @@ class SettingsResource(dg.ConfigurableResource):
     compare_methods: str = ",".join(_COMPARE.methods)
     compare_ks: str = ",".join(map(str, _COMPARE.ks))
     compare_seeds: int = _COMPARE.seeds
+    #: seconds the comparison may take per benchmark (0: no budget); it decides which cells run
+    compare_budget_s: float = _COMPARE.budget_s
     compare_new_share: float = _COMPARE.new_share
     challenger_margin: float = _FIT.challenger_margin
     challenger_min_days: float = _FIT.challenger_min_days
@@ -134,14 +136,14 @@ class SettingsResource(dg.ConfigurableResource):
                                   ks=tuple(int(k) for k in self.compare_ks.split(",") if k.strip()),
                                   seeds=self.compare_seeds, seed=self.seed, split_policy=self.split_policy,
                                   val_frac=self.val_frac, test_frac=self.test_frac, device=self.device,
-                                  new_share=self.compare_new_share)
+                                  budget_s=self.compare_budget_s, new_share=self.compare_new_share)
 
     def fit_settings(self) -> dict[str, Any]:
         """Every setting that changes a fit, its calibration or its publishing checks (the fit key)."""
         return self.fit().key_settings()
 
     def comparison_settings(self) -> dict[str, Any]:
-        """Every setting that changes the comparison (its key)."""
+        """Every setting that changes the comparison (its key); the budget decides which of its cells run."""
         return self.comparison().key_settings()
 
     def joint_settings(self) -> dict[str, Any]:
@@ -174,6 +176,7 @@ def default_resources() -> dict[str, Any]:
             challenger_min_days=float(defaults.SETTINGS["challenger_min_days"].get()),
             coverage_tolerance=float(defaults.SETTINGS["coverage_tolerance"].get()),
             compare_new_share=float(defaults.SETTINGS["compare_new_share"].get()),
+            compare_budget_s=float(defaults.SETTINGS["compare_budget_s"].get()),
         ),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }

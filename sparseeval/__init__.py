@@ -1,6 +1,6 @@
 """sparseeval: estimate a language model's full-benchmark scores from a few anchor items.
 
-The public API is re-exported lazily (``import sparseeval`` stays cheap; torch loads on first use)::
+The public API is re-exported lazily (``import sparseeval`` stays cheap; torch is imported only to fit)::
 
     import sparseeval
     art = sparseeval.load_predictor("data/predictors/arc")

@@ -1,11 +1,15 @@
-"""A published predictor as a versioned folder: ``predictor.json`` + ``state.pt``.
+"""A published predictor as a versioned folder: ``predictor.json`` + ``state.safetensors``.
 
 Why a folder and not a pickle: ``predictor.json`` is readable and diffable (anchors with their
-lm-eval task and doc id, calibration, what it was trained on), ``state.pt`` holds only tensors and
-plain values (``torch.load(weights_only=True)`` can read it, nothing executes). The content hash
-(sha256 over the canonical JSON and the state bytes) is the predictor's version: equal content
-means an equal hash, so re-publishing the same predictor changes nothing, and any edit to either
-file is detected at load time instead of silently producing wrong scores.
+lm-eval task and doc id, calibration, what it was trained on, and the estimator's plain parameters),
+``state.safetensors`` holds only the arrays (a header and raw bytes: reading it executes nothing, and
+it needs NumPy, not torch). The content hash (sha256 over the canonical JSON and the state bytes) is
+the predictor's version: equal content means an equal hash, so re-publishing the same predictor
+changes nothing, and any edit to either file is detected at load time instead of silently producing
+wrong scores.
+
+Format version 1 kept the state as ``state.pt`` (``torch.save``); such folders still load where
+torch is installed (the ``[fit]`` extra), and are refused with that advice where it is not.
 """
 
 from __future__ import annotations
@@ -13,25 +17,28 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
 import sparseeval
+from sparseeval.atomic import atomic_folder
 from sparseeval.benchmarks import split_variant
 from sparseeval.errors import UserError
 from sparseeval.methods.base import AnchorEstimator
+from sparseeval.methods.inference import as_array
 from sparseeval.tasks import SUBTASK_BENCHMARKS, harness_task
 
 FORMAT = "sparseeval-predictor"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 META_FILE = "predictor.json"
-STATE_FILE = "state.pt"
+STATE_FILE = "state.safetensors"
+#: format version 1's state file (``torch.save`` of the estimator state), read when torch is installed
+LEGACY_STATE_FILE = "state.pt"
+#: the key marking an array leaf of the state tree in ``predictor.json``: ``{"$array": "<safetensors key>"}``
+ARRAY_REF = "$array"
 
 
 class ArtifactError(UserError, ValueError):
@@ -69,6 +76,8 @@ class PredictorArtifact:
     content_hash: str = ""
     folder: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: what the user named: a folder, or ``hf://ORG/REPO@rev/PATH`` (then ``folder`` is in the Hub cache)
+    source: str | None = None
 
     @property
     def k(self) -> int:
@@ -87,6 +96,14 @@ class PredictorArtifact:
     def benchmarks(self) -> list[str]:
         """The benchmarks whose answers this predictor reads (one, or a joint predictor's several)."""
         return list(self.extra["joint"]["benchmarks"]) if self.is_joint else [self.benchmark]
+
+    def training_settings(self, benchmark: str | None = None) -> dict[str, Any]:
+        """The settings (n_shot, metric, filter, harness...) the training data of ``benchmark`` (default:
+        the predictor's) was run with, as recorded at fit time; empty when nothing was recorded."""
+        recorded = self.extra.get("settings") or {}
+        if self.is_joint:
+            return dict(recorded.get(benchmark or "") or {})
+        return dict(recorded)
 
     @property
     def anchor_item_ids(self) -> list[str]:
@@ -125,10 +142,45 @@ def harness_location(benchmark: str, item_id: str) -> tuple[str | None, int | No
     return None, None
 
 
-def _state_bytes(estimator: AnchorEstimator) -> bytes:
-    buf = io.BytesIO()
-    torch.save(estimator.get_state(), buf)
-    return buf.getvalue()
+def split_state(state: Any, prefix: str = "") -> tuple[Any, dict[str, np.ndarray]]:
+    """An estimator state (nested dicts and lists of arrays and plain values) as a JSON tree whose
+    array leaves are ``{"$array": key}`` references, and the arrays by key (dotted paths)."""
+    arrays: dict[str, np.ndarray] = {}
+
+    def walk(value: Any, path: str) -> Any:
+        if isinstance(value, dict):
+            return {str(k): walk(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [walk(v, f"{path}.{i}") for i, v in enumerate(value)]
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, np.ndarray) or hasattr(value, "detach"):  # a torch tensor from a fit
+            arrays[path] = np.ascontiguousarray(as_array(value))
+            return {ARRAY_REF: path}
+        if value is None or isinstance(value, bool | int | float | str):
+            return value
+        raise TypeError(f"cannot store a {type(value).__name__} in a predictor state ({path})")
+
+    return walk(state, prefix), arrays
+
+
+def join_state(tree: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """Inverse of :func:`split_state`."""
+    if isinstance(tree, dict):
+        if set(tree) == {ARRAY_REF}:
+            return arrays[tree[ARRAY_REF]]
+        return {k: join_state(v, arrays) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [join_state(v, arrays) for v in tree]
+    return tree
+
+
+def _state_bytes(estimator: AnchorEstimator) -> tuple[Any, bytes]:
+    """(JSON tree for ``predictor.json``, ``state.safetensors`` bytes) of a fitted estimator."""
+    from safetensors.numpy import save
+
+    tree, arrays = split_state(estimator.get_state())
+    return tree, save(arrays)
 
 
 def _canonical(meta: dict[str, Any]) -> bytes:
@@ -188,7 +240,7 @@ def save_predictor(folder: str | Path, *, estimator: AnchorEstimator, benchmark:
         "calibration": calibration,
         "extra": extra or {},
     }
-    state = _state_bytes(estimator)
+    meta["state"], state = _state_bytes(estimator)
     meta["content_hash"] = _hash(meta, state)
     artifact = PredictorArtifact(estimator=estimator, benchmark=benchmark, item_ids=list(item_ids),
                                  anchors=anchors, calibration=calibration, train_models=train_models,
@@ -202,36 +254,34 @@ def save_predictor(folder: str | Path, *, estimator: AnchorEstimator, benchmark:
                 return artifact
         except (ValueError, ArtifactError):
             pass  # unreadable or tampered: replace it
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    def fill(tmp: Path) -> None:
         (tmp / STATE_FILE).write_bytes(state)
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True, allow_nan=False) + "\n")
-        if folder.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
-            os.replace(folder, old / folder.name)
-            os.replace(tmp, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    atomic_folder(folder, fill)
     return artifact
 
 
 def load_predictor(folder: str | Path) -> PredictorArtifact:
-    """Read a predictor folder, verify its content hash, and rebuild the estimator.
+    """Read a predictor folder (or ``hf://ORG/REPO[@revision][/PATH]``, fetched through the Hub client's
+    cache: :mod:`sparseeval.predictor_hub`), verify its content hash, and rebuild the estimator.
 
     Raises :class:`ArtifactError` naming the folder when a file is missing, the format is unknown,
     or the hash does not match (an edited anchor list or state would silently mis-score models).
+    Reads format versions 2 (``state.safetensors``, NumPy only) and 1 (``state.pt``, needs torch).
     """
     import sparseeval.methods  # noqa: F401  (registers every method so from_state can find it)
+    from sparseeval import predictor_hub
 
+    source = str(folder)
+    folder = predictor_hub.resolve(folder)
     # a published path is a link that a publication swaps in one rename: resolve it once, so both
     # files come from the same version even if the link moves while they are read
     folder = Path(folder).resolve()
-    meta_path, state_path = folder / META_FILE, folder / STATE_FILE
+    meta_path = folder / META_FILE
+    state_file = STATE_FILE if (folder / STATE_FILE).is_file() or not (folder / LEGACY_STATE_FILE).is_file() \
+        else LEGACY_STATE_FILE
+    state_path = folder / state_file
     if not meta_path.is_file() or not state_path.is_file():
         raise ArtifactError(folder, f"not a predictor folder (needs {META_FILE} and {STATE_FILE})")
     try:
@@ -240,22 +290,68 @@ def load_predictor(folder: str | Path) -> PredictorArtifact:
         raise ArtifactError(meta_path, f"not valid JSON: {exc}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ArtifactError(meta_path, f"not a {FORMAT} file")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ArtifactError(meta_path, f"format version {meta.get('format_version')} is not supported "
-                                       f"(this library reads version {FORMAT_VERSION})")
+    version = meta.get("format_version")
+    expected_file = {1: LEGACY_STATE_FILE, FORMAT_VERSION: STATE_FILE}.get(version)  # type: ignore[call-overload]
+    if expected_file is None:
+        raise ArtifactError(meta_path, f"format version {version} is not supported (this library reads versions "
+                                       f"1 and {FORMAT_VERSION}; a newer sparseeval wrote it: upgrade sparseeval)")
+    if expected_file != state_file:
+        raise ArtifactError(folder, f"format version {version} keeps its state in {expected_file}, "
+                                    f"but the folder holds {state_file}")
     state_raw = state_path.read_bytes()
     if _hash(meta, state_raw) != meta.get("content_hash"):
-        raise ArtifactError(folder, "content hash mismatch: predictor.json or state.pt was modified "
+        raise ArtifactError(folder, f"content hash mismatch: {META_FILE} or {state_file} was modified "
                                     "after publishing; refusing to use it")
-    state = torch.load(io.BytesIO(state_raw), weights_only=True)
+    state = _read_state(folder, meta, state_raw)
     try:
         estimator = AnchorEstimator.from_state(state)
     except ValueError as exc:
         raise ArtifactError(folder, f"cannot rebuild the estimator: {exc}") from None
     anchors = [AnchorInfo(**a) for a in meta["anchors"]]
     if [a.column for a in anchors] != estimator.anchors_.tolist():
-        raise ArtifactError(folder, "anchor list in predictor.json disagrees with state.pt")
+        raise ArtifactError(folder, f"anchor list in {META_FILE} disagrees with {state_file}")
     return PredictorArtifact(estimator=estimator, benchmark=meta["benchmark"], item_ids=meta["item_ids"],
                              anchors=anchors, calibration=meta["calibration"],
                              train_models=meta["train_models"], library_version=meta["library_version"],
-                             content_hash=meta["content_hash"], folder=folder, extra=meta.get("extra", {}))
+                             content_hash=meta["content_hash"], folder=folder, extra=meta.get("extra", {}),
+                             source=source)
+
+
+def _read_state(folder: Path, meta: dict[str, Any], raw: bytes) -> dict[str, Any]:
+    """The estimator state of a verified folder: safetensors arrays joined with the JSON tree (version
+    2), or a version-1 ``torch.save`` file read by torch with tensors turned into arrays."""
+    if meta["format_version"] == FORMAT_VERSION:
+        from safetensors import SafetensorError
+        from safetensors.numpy import load
+
+        try:
+            return join_state(meta["state"], load(raw))
+        except (SafetensorError, KeyError) as exc:
+            raise ArtifactError(folder, f"{STATE_FILE} does not hold the arrays {META_FILE} names: {exc}") from None
+    try:
+        import torch
+    except ImportError:
+        raise ArtifactError(folder, f"a format version 1 predictor ({LEGACY_STATE_FILE}, written with torch) needs "
+                                    "torch to load: pip install 'sparseeval[fit]', or re-save it once where torch "
+                                    "is installed (`python -m sparseeval.artifact FOLDER` writes version "
+                                    f"{FORMAT_VERSION}, readable without torch)") from None
+    tree, arrays = split_state(torch.load(io.BytesIO(raw), weights_only=True))
+    return join_state(tree, arrays)
+
+
+def upgrade(folder: str | Path) -> PredictorArtifact:
+    """Re-save a predictor folder in the current format (same estimator, anchors and calibration; a new
+    content hash, since the state file changed): a version-1 folder becomes readable without torch.
+    The folder is rewritten whole and atomically (:func:`save_predictor`), so ``state.pt`` goes."""
+    art = load_predictor(folder)
+    if (Path(folder) / STATE_FILE).is_file():
+        return art
+    return art.save(folder)
+
+
+if __name__ == "__main__":  # python -m sparseeval.artifact FOLDER...: upgrade folders to the current format
+    import sys
+
+    for name in sys.argv[1:]:
+        done = upgrade(name)
+        print(f"{name}: format version {FORMAT_VERSION} ({done.content_hash})")

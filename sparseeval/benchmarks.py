@@ -3,6 +3,7 @@
 Any non-blank name is a valid benchmark (a user's own lm-eval task brings its own name); the aliases
 only fold the many spellings of the leaderboard benchmarks (harness task names, leaderboard
 ``harness|arc:challenge|25`` keys) onto one canonical name so data from different sources meets.
+A name carries at most a settings variant (``arc@0shot``); the metric is settings data, never a suffix.
 """
 
 from __future__ import annotations
@@ -89,14 +90,15 @@ HARNESS_TASKS: dict[str, str] = {
 #: ``truthfulqa_mc2`` reports ``acc`` for what the leaderboard calls ``mc2``). A run under any other
 #: n-shot or metric is stored as a variant (:func:`variant_name`), never pooled with the plain name.
 #: Benchmarks not listed here: the plain name means 0-shot or unspecified, and any metric (the
-#: task's own primary one).
+#: task's own primary one). The metric names of a set are one score under the names lm-eval and lighteval
+#: give it (:func:`same_metric`); they are never part of a stored name.
 DEFAULT_SETTINGS: dict[str, tuple[int, frozenset[str]]] = {
-    "arc": (25, frozenset({"acc_norm"})),
-    "hellaswag": (10, frozenset({"acc_norm"})),
-    "mmlu": (5, frozenset({"acc"})),
-    "truthfulqa": (0, frozenset({"mc2", "acc"})),
-    "winogrande": (5, frozenset({"acc"})),
-    "gsm8k": (5, frozenset({"exact_match", "acc", "em", "quasi_em"})),
+    "arc": (25, frozenset({"acc_norm", "loglikelihood_acc_norm", "loglikelihood_acc_norm_nospace"})),
+    "hellaswag": (10, frozenset({"acc_norm", "loglikelihood_acc_norm"})),
+    "mmlu": (5, frozenset({"acc", "loglikelihood_acc"})),
+    "truthfulqa": (0, frozenset({"mc2", "acc", "truthfulqa_mc2"})),
+    "winogrande": (5, frozenset({"acc", "loglikelihood_acc"})),
+    "gsm8k": (5, frozenset({"exact_match", "acc", "em", "quasi_em", "qem", "extractive_match"})),
     # Open LLM Leaderboard v2 (lm-eval ``leaderboard`` group settings)
     "bbh": (3, frozenset({"acc_norm"})),
     "gpqa": (0, frozenset({"acc_norm"})),
@@ -138,20 +140,29 @@ def default_n_shot(benchmark: str) -> int:
 
 
 def variant_name(benchmark: str, n_shot: int | None = None, metric: str | None = None) -> str:
-    """The stored benchmark name for ``benchmark`` run with ``n_shot`` examples and scored by ``metric``.
+    """The stored benchmark name for ``benchmark`` run with ``n_shot`` examples: a settings variant at most.
 
-    The plain name when the settings are the benchmark's defaults (or unknown); otherwise
-    ``<benchmark>@<n>shot`` and/or ``:<metric>``: ``variant_name("arc", 0)`` is ``arc@0shot``,
-    ``variant_name("arc", 25, "acc")`` is ``arc:acc``. Unknown settings (None) never create a variant:
-    a long table that does not say is taken at its word.
+    The plain name when the few-shot count is the benchmark's default (or unknown), else
+    ``<benchmark>@<n>shot`` (``variant_name("arc", 0)`` is ``arc@0shot``). The metric is never part of
+    the name: it is settings data kept with every row (``runs.metric``), so lighteval's ``gsm8k`` scored
+    ``qem`` meets lm-eval's ``gsm8k``, and a predictor trained on another metric refuses the answers
+    (:func:`same_metric`) as it refuses another few-shot count. ``metric`` is accepted and ignored.
     """
-    default_shots, metrics = DEFAULT_SETTINGS.get(benchmark, (0, frozenset()))
-    name = benchmark
+    del metric
+    default_shots = DEFAULT_SETTINGS.get(benchmark, (0, frozenset()))[0]
     if n_shot is not None and int(n_shot) != default_shots:
-        name += f"@{int(n_shot)}shot"
-    if metric is not None and metrics and metric not in metrics:
-        name += f":{metric}"
-    return name
+        return f"{benchmark}@{int(n_shot)}shot"
+    return benchmark
+
+
+def same_metric(benchmark: str, a: str | None, b: str | None) -> bool:
+    """Whether metrics ``a`` and ``b`` score ``benchmark`` alike: the same name, or two of the names the
+    harnesses give the benchmark's own score (lm-eval's ``exact_match`` and lighteval's ``qem`` for
+    gsm8k). An unknown metric (None: a table that does not say) is taken at its word."""
+    if a is None or b is None or a == b:
+        return True
+    names = DEFAULT_SETTINGS.get(split_variant(benchmark)[0], (0, frozenset()))[1]
+    return a in names and b in names
 
 
 def split_variant(name: str) -> tuple[str, int | None, str | None]:

@@ -22,7 +22,6 @@ import math
 from typing import Any
 
 import numpy as np
-from sklearn.covariance import LedoitWolf
 
 from sparseeval.errors import UsageError
 from sparseeval.methods.base import AnchorEstimator, impute
@@ -112,7 +111,10 @@ def _pair_quantile(resid: np.ndarray, alpha: float, rng: np.random.Generator) ->
 
 
 def fit_ood(X_train: np.ndarray, fill: np.ndarray) -> dict[str, Any]:
-    """Ledoit-Wolf mean and covariance of the training models' (imputed) anchor answers."""
+    """Ledoit-Wolf mean and covariance of the training models' (imputed) anchor answers (at fit time:
+    scikit-learn is imported here, so scoring with a saved predictor does not need it)."""
+    from sklearn.covariance import LedoitWolf
+
     lw = LedoitWolf().fit(impute(X_train, fill).astype(np.float64))
     # a tiny ridge keeps the matrix invertible even when every anchor is constant in training
     cov = lw.covariance_ + 1e-6 * np.eye(lw.covariance_.shape[0])

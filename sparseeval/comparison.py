@@ -57,6 +57,8 @@ class ComparisonSettings:
     val_frac: float = 0.1
     test_frac: float = 0.2
     device: str = "auto"
+    #: seconds the comparison may take (0: no budget): it decides which cells run, so it is in the key
+    budget_s: float = float(defaults.SETTINGS["compare_budget_s"].default)
     #: share of new models since the last comparison that makes a new one due (else: the weekly schedule)
     new_share: float = float(defaults.SETTINGS["compare_new_share"].default)
 
@@ -66,12 +68,14 @@ class ComparisonSettings:
         return cls(methods=tuple(m.strip() for m in get["compare_methods"].split(",") if m.strip()),
                    ks=tuple(int(k) for k in get["compare_ks"].split(",") if k.strip()),
                    seeds=int(get["compare_seeds"]), seed=int(get["seed"]), device=get["device"],
-                   new_share=float(get["compare_new_share"]))
+                   budget_s=float(get["compare_budget_s"]), new_share=float(get["compare_new_share"]))
 
     def key_settings(self) -> dict[str, Any]:
-        """Every setting that changes the comparison's result (its key); ``new_share`` only changes when."""
+        """Every setting that changes the comparison's result (its key; the budget decides which of its
+        cells run); ``new_share`` only changes when it runs."""
         return {"methods": list(self.methods), "ks": list(self.ks), "seeds": self.seeds, "seed": self.seed,
-                "split_policy": self.split_policy, "val_frac": self.val_frac, "test_frac": self.test_frac}
+                "split_policy": self.split_policy, "val_frac": self.val_frac, "test_frac": self.test_frac,
+                "budget_s": self.budget_s}
 
     def protocol(self) -> ProtocolConfig:
         return ProtocolConfig(split_policy=self.split_policy, val_frac=self.val_frac,  # type: ignore[arg-type]
@@ -171,7 +175,7 @@ def compare_methods(matrix: ResponseMatrix, store: Store, tracking: TrackingConf
         log.info("%s: %s", bench, message)
         return ComparisonResult(bench, "skipped", key, version, message)
     plan = comparison_plan(*matrix.shape, list(settings.methods), list(settings.ks),
-                           list(range(settings.seed, settings.seed + settings.seeds)))
+                           list(range(settings.seed, settings.seed + settings.seeds)), budget_s=settings.budget_s)
     if plan.reduced:
         log.warning("%s: comparison reduced to fit its budget: %s", bench, plan.describe())
     ks, seeds = list(plan.ks), list(plan.seeds)

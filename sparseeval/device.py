@@ -1,12 +1,17 @@
-"""Device choice: CUDA when present, else CPU, so the same code runs on a laptop and on a GPU box."""
+"""Device choice: CUDA when present, else CPU, so the same code runs on a laptop and on a GPU box.
+
+Only fitting asks for a device, so torch is imported inside the functions: importing this module
+(as the method modules do) costs nothing in an install without the ``[fit]`` extra."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -15,6 +20,8 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     An explicit ``"cuda"`` without a GPU raises instead of silently running on the CPU, so a
     benchmark that claims GPU figures really measured a GPU.
     """
+    import torch
+
     if isinstance(device, torch.device):
         return device
     if device == "auto":
@@ -67,6 +74,7 @@ def cpu_threads(requested: int | None = None) -> int:
 def thread_limit(threads: int | None = None) -> Iterator[int]:
     """Run the block with at most :func:`cpu_threads` threads in torch and in the BLAS/OpenMP pools
     (NumPy, scikit-learn), restoring the previous settings afterwards."""
+    import torch
     from threadpoolctl import threadpool_limits
 
     n = cpu_threads(threads)

@@ -52,7 +52,7 @@ def lm_eval_samples(artifacts: Sequence[PredictorArtifact], first: int | None = 
 
 
 def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str | Path,
-                     first: int | None = None) -> list[str]:
+                     first: int | None = None, *, output_path: str = "RUN_DIR") -> list[str]:
     """The ``lm_eval`` command(s) that answer the anchors under the predictors' training settings.
 
     The few-shot count is part of what the predictor learned (its benchmark variant: ``arc`` is the
@@ -65,15 +65,14 @@ def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str |
     for art in artifacts:
         for bench in art.benchmarks:  # a joint predictor: each benchmark under its own settings
             base, shots, _ = split_variant(bench)
-            settings = art.extra.get("settings") or {}
-            recorded = (settings.get(bench) or {}).get("n_shot") if art.is_joint else settings.get("n_shot")
+            recorded = art.training_settings(bench).get("n_shot")
             shots = recorded if recorded is not None else default_n_shot(base) if shots is None else shots
             tasks = by_shots.setdefault(shots, [])
             tasks += [t for t in dict.fromkeys(a.task for a in selected_anchors(art, first)
                                                if a.task and (a.benchmark or art.benchmark) == bench)
                       if t not in tasks]
     return [f"lm_eval run --model hf --model_args pretrained=YOUR_MODEL --tasks {','.join(tasks)} "
-            f"--num_fewshot {shots} --samples {samples_file} --log_samples --output_path RUN_DIR"
+            f"--num_fewshot {shots} --samples {samples_file} --log_samples --output_path {output_path}"
             for shots, tasks in sorted(by_shots.items()) if tasks]
 
 

@@ -18,7 +18,6 @@ from sparseeval import calibration as cal
 from sparseeval.adaptive import adaptive_info, is_prefix, order_of
 from sparseeval.artifact import PredictorArtifact, build_anchors, load_predictor
 from sparseeval.errors import UsageError, UserError
-from sparseeval.evaluation import fit_on_split
 from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.methods import make_estimator
 from sparseeval.methods.base import AnchorEstimator
@@ -68,6 +67,11 @@ class Comparison:
     upper: float
     distinguishable: bool  #: the interval excludes 0
     warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["warnings"] = list(self.warnings)
+        return d
 
 
 def _as_artifact(artifact_or_folder: PredictorArtifact | str | Path) -> PredictorArtifact:
@@ -260,6 +264,8 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
     """
     if not 0.0 < calibration_frac < 0.9:
         raise UsageError(f"calibration_frac must be in (0, 0.9), got {calibration_frac}")
+    from sparseeval.evaluation import fit_on_split  # the protocol's fitting code (SciPy, torch): fit time only
+
     matrix = build_matrix(responses, scores, benchmark, row_mean_is_score=row_mean_is_score)
     split = make_split(matrix.models, policy="random", val_frac=VAL_FRAC * (1 - calibration_frac),
                        test_frac=calibration_frac, seed=seed)

@@ -88,9 +88,16 @@ def predictor_dir() -> Path:
     return Path(SETTINGS["predictors"].get() or data_dir() / "predictors")
 
 
-def describe() -> str:
-    """The settings as a table for ``--help`` epilogs and the docs."""
-    return "\n".join(f"  {s.env:<32} {s.help} (default: {s.default or '-'})" for s in SETTINGS.values())
+def describe(*names: str) -> str:
+    """The settings (``names``: only these, by short name) as a table for ``--help`` epilogs and the docs."""
+    chosen = [SETTINGS[n] for n in names] if names else list(SETTINGS.values())
+    return "\n".join(f"  {s.env:<32} {s.help}" + (f" (default: {s.default})" if s.default else "") for s in chosen)
+
+
+def overrides(name: str) -> str:
+    """What an option's help says about the setting it overrides: ``overrides $SPARSEEVAL_K, default 20``."""
+    s = SETTINGS[name]
+    return f"overrides ${s.env}" + (f", default {s.default}" if s.default else "")
 
 
 def duckdb_config() -> dict[str, str]:

@@ -42,6 +42,12 @@ class DataSource:
     def settings(self, benchmark: str) -> dict[str, Any]:
         return self.store.training_settings(benchmark)
 
+    def metrics(self, benchmark: str) -> dict[str | None, int]:
+        """The metrics ``benchmark``'s responses were scored by, with their number of runs."""
+        return dict(self.store.query("SELECT metric, count(*) FROM current_runs WHERE benchmark = $b "
+                                     "AND kind = 'responses' GROUP BY metric ORDER BY 2 DESC",
+                                     {"b": benchmark}).rows())
+
 
 @contextlib.contextmanager
 def open_data(path: str | Path) -> Iterator[DataSource]:

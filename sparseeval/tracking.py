@@ -466,7 +466,7 @@ def _state_file(folder: Path) -> Path:
 def load_estimator_from_folder(folder: Path) -> Any:
     """Rebuild the fitted :class:`~sparseeval.methods.base.AnchorEstimator` saved in ``folder``.
 
-    A published predictor folder (``predictor.json`` + ``state.pt``) goes through
+    A published predictor folder (``predictor.json`` + ``state.safetensors``, or a version-1 ``state.pt``) goes through
     :func:`sparseeval.artifact.load_predictor`, which verifies its content hash; a bare state file
     (``torch.save(estimator.get_state())``) is read directly.
     """
@@ -479,7 +479,10 @@ def load_estimator_from_folder(folder: Path) -> Any:
         from sparseeval.artifact import load_predictor
 
         return load_predictor(folder).estimator
-    state = torch.load(_state_file(folder), map_location="cpu", weights_only=True)
+    from sparseeval.artifact import join_state, split_state
+
+    # a bare torch.save state (tensors): as arrays, the estimators' state since format version 2
+    state = join_state(*split_state(torch.load(_state_file(folder), map_location="cpu", weights_only=True)))
     return methods.AnchorEstimator.from_state(state)
 
 
@@ -583,8 +586,6 @@ def register_predictor(cfg: TrackingConfig, *, benchmark: str, predictor_dir: Pa
         raise FileNotFoundError(f"{predictor_dir}: predictor folder not found")
     client = cfg.client()
     run = client.get_run(run_id)
-    import torch
-
     from sparseeval import __version__
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -606,8 +607,9 @@ def register_predictor(cfg: TrackingConfig, *, benchmark: str, predictor_dir: Pa
                 python_model=str(code),
                 artifacts={"predictor": str(staged)},
                 signature=_signature(predictor_dir),
+                # a saved predictor runs in NumPy: loading the model needs no torch (sparseeval's light install)
                 pip_requirements=[f"sparseeval=={__version__}", f"mlflow=={mlflow.__version__}",
-                                  f"torch=={torch.__version__.split('+')[0]}", f"numpy=={np.__version__}"],
+                                  f"numpy=={np.__version__}"],
                 metadata={"benchmark": benchmark},
             )
         client.log_artifacts(run_id, str(model_dir), artifact_path)

@@ -5,7 +5,9 @@ Read from the client's source (hf_api.py, file_download.py): ``GET /api/datasets
 /api/datasets/{repo}/tree/{rev}`` (``list_repo_tree``; ``oid`` is the blob id), and ``HEAD``/``GET
 /datasets/{repo}/resolve/{rev}/{path}`` (``hf_hub_download``: ``X-Repo-Commit``, ``ETag``,
 ``X-Linked-Etag``/``X-Linked-Size`` for LFS files). Errors carry ``X-Error-Code`` as the Hub's do.
-Every request is counted, so tests assert what a refresh cost.
+Model repos (``self.models``) answer the same endpoints without the ``datasets`` prefix: ``GET
+/api/models/{repo}/revision/{rev}`` (``model_info``, which ``snapshot_download`` calls) and ``HEAD``/``GET
+/{repo}/resolve/{rev}/{path}``. Every request is counted, so tests assert what a refresh cost.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def files_from(folder: Path, prefix: str = "") -> dict[str, bytes]:
 
 class HubServer:
     def __init__(self) -> None:
-        self.repos: dict[str, Repo] = {}
+        self.repos: dict[str, Repo] = {}  # dataset repos
+        self.models: dict[str, Repo] = {}  # model repos
         self.calls: list[str] = []
         self.auth: list[str | None] = []  # the Authorization header of every request, in order
         hub = self
@@ -94,9 +97,13 @@ class HubServer:
             author = parse_qs(url.query).get("author", [""])[0]
             ids = [{"id": r} for r in sorted(self.repos) if r.startswith(author + "/")]
             return self._send(h, 200, json.dumps(ids).encode(), head, {"Content-Type": "application/json"})
-        api = path.startswith("/api/datasets/")
-        rest = path.removeprefix("/api/datasets/" if api else "/datasets/").split("/")
-        repo = self.repos.get("/".join(rest[:2]))
+        if path.startswith(("/api/datasets/", "/datasets/")):
+            api, repos = path.startswith("/api/"), self.repos
+            rest = path.removeprefix("/api/datasets/" if api else "/datasets/").split("/")
+        else:
+            api, repos = path.startswith("/api/models/"), self.models
+            rest = path.removeprefix("/api/models/" if api else "/").split("/")
+        repo = repos.get("/".join(rest[:2]))
         if repo is None or (repo.token and h.headers.get("Authorization") != f"Bearer {repo.token}"):
             return self._error(h, 401, "RepoNotFound", head)  # the Hub answers a private repo as a missing one
         if repo.rate_limit > 0:

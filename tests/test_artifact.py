@@ -94,7 +94,7 @@ def test_tampered_artifact_is_refused(tmp_path: Path, fitted) -> None:
         load_predictor(folder)
     art.save(folder)  # re-publishing repairs it
     load_predictor(folder)
-    state = folder / "state.pt"
+    state = folder / "state.safetensors"
     state.write_bytes(state.read_bytes()[:-1] + b"x")
     with pytest.raises(ArtifactError, match=str(folder)):
         load_predictor(folder)
@@ -197,16 +197,19 @@ def test_cli_fit_export_predict_compare(tmp_path: Path, capsys) -> None:
     answers = tmp_path / "answers.parquet"
     responses.filter(pl.col("model").is_in(["org1/m1", "org2/m2"])).write_parquet(answers)
     capsys.readouterr()
-    assert main(["predict", "--benchmark", "toy", "--registry", str(reg), "--answers", str(answers),
+    assert main(["predict", "--no-db",
+                     "--benchmark", "toy", "--registry", str(reg), "--answers", str(answers),
                  "--json", str(tmp_path / "p.json")]) == 0
     assert "org1/m1" in capsys.readouterr().out
     rows = json.loads((tmp_path / "p.json").read_text())
     assert [r["model"] for r in rows] == ["org1/m1", "org2/m2"]
-    assert set(rows[0]) == {"model", "benchmark", "predicted", "lower", "upper", "n_anchors", "ood"}
+    assert set(rows[0]) == {"model", "benchmark", "predicted", "lower", "upper", "n_anchors", "k", "ood", "ood_score",
+                            "warnings"}
     assert all(r["lower"] <= r["predicted"] <= r["upper"] and r["n_anchors"] == 8 for r in rows)
     assert main(["compare", "--benchmark", "toy", "--registry", str(reg), "--answers", str(answers)]) == 0
     assert "paired interval" in capsys.readouterr().out
-    assert main(["predict", "--predictor", str(tmp_path / "nowhere"), "--answers", str(answers)]) == 2
+    assert main(["predict", "--no-db",
+                     "--predictor", str(tmp_path / "nowhere"), "--answers", str(answers)]) == 2
     assert "nowhere: not a predictor folder" in capsys.readouterr().err
 
 

@@ -1,11 +1,12 @@
 """User input never ends in a traceback (issue 21, item 4).
 
 One table: every CLI command crossed with the bad values a user really types or points at. Each row
-must exit non-zero with exactly one line on stderr that names the argument and the problem, print
-no traceback, and leave every file it was given byte-for-byte unchanged (and write nothing beside
-them). The commands run in-process through :func:`sparseeval.cli.main`, the function the console
-script calls, so an exception escaping it is exactly the traceback a user would see; a few rows
-also go through a real subprocess.
+must exit non-zero with exactly one line on stderr that names the argument and says the problem (each
+row names the reason its line must give: a line that names the argument but gives a wrong reason,
+such as "locked by another writer" for a folder, fails), print no traceback, and leave every file it
+was given byte-for-byte unchanged (and write nothing beside them). The commands run in-process
+through :func:`sparseeval.cli.main`, the function the console script calls, so an exception escaping
+it is exactly the traceback a user would see; a few rows also go through a real subprocess.
 
 Accepted rather than refused, on purpose (and asserted below):
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -91,7 +93,25 @@ NOT_ANSWERS = [("missing", "nowhere.csv"), ("empty", "empty.txt"), ("directory",
 NOT_DATA = [("missing", "nowhere"), ("empty", "empty.txt"), ("directory", "emptydir"), ("device", "/dev/null"),
             ("csv", "table.csv"), ("json", "other.json"), ("mlflow", "mlflow.db"), ("dagster", "dagster.yaml")]
 
-Row = tuple[str, Callable[[Path], list[str]], str]
+#: what the line must say (a regular expression, searched case-insensitively) for each kind of bad path
+STORE_REASONS = {"missing": "no store at", "empty": "an empty file", "directory": "a folder, not a DuckDB store",
+                 "foreign-duckdb": "a DuckDB database but not a sparseeval store",
+                 **dict.fromkeys(["parquet", "csv", "json", "text", "mlflow", "dagster"], "not a DuckDB database file")}
+#: doctor reports a bad store as problems (its report says which), a folder as not a file
+DOCTOR_REASONS = {"directory": "is a directory, not a DuckDB file"}
+ANSWERS_REASONS = {"missing": "no such file or folder", "directory": "no lm-eval samples_.* files found",
+                   "device": "not a regular file or folder", "parquet": "missing column 'item_id'",
+                   "csv": "missing column 'item_id'",
+                   **dict.fromkeys(["empty", "json", "mlflow", "dagster"], "unknown format '\\.[a-z]+'")}
+DATA_REASONS = {"missing": "no such file or folder", "directory": "empty folder", "device": "not a regular file",
+                "csv": "missing column 'model'", "json": "neither lm-eval nor lighteval",
+                **dict.fromkeys(["empty", "mlflow", "dagster"], "unrecognised file type '\\.[a-z]+'")}
+NOT_A_PREDICTOR_REASON = "not a predictor folder"
+FEWER_THAN_ITEMS, POSITIVE, FRACTION, SEED = ("anchors must be fewer than the benchmark's items",
+                                              "expected a positive integer", "strictly between 0 and 1",
+                                              "expected an integer seed")
+#: (label, argv from the inputs folder, the argument the line names, the reason it gives)
+Row = tuple[str, Callable[[Path], list[str]], str, str]
 
 
 def _predictor_rows() -> list[Row]:
@@ -99,17 +119,18 @@ def _predictor_rows() -> list[Row]:
     for label, bad in NOT_A_PREDICTOR:
         rows += [
             (f"export --predictor {label}", lambda r, b=bad: ["export", "--predictor", str(r / b),
-                                                                "--out", str(r / "out" / "a.json")], "--predictor"),
+                                                                "--out", str(r / "out" / "a.json")],
+             "--predictor", NOT_A_PREDICTOR_REASON),
             (f"predict --predictor {label}", lambda r, b=bad: ["predict", "--predictor", str(r / b),
                                                                  "--answers", str(r / "answers.parquet")],
-             "--predictor"),
+             "--predictor", NOT_A_PREDICTOR_REASON),
             (f"next --predictor {label}", lambda r, b=bad: ["next", "--predictor", str(r / b),
                                                               "--answers", str(r / "answers.parquet")],
-             "--predictor"),
+             "--predictor", NOT_A_PREDICTOR_REASON),
             (f"compare --predictor {label}", lambda r, b=bad: ["compare", "org0/model-0", "org1/model-1",
                                                                  "--predictor", str(r / b),
                                                                  "--answers", str(r / "answers.parquet")],
-             "--predictor"),
+             "--predictor", NOT_A_PREDICTOR_REASON),
         ]
     return rows
 
@@ -119,12 +140,15 @@ def _answers_rows() -> list[Row]:
     for label, bad in NOT_ANSWERS:
         rows += [
             (f"predict --answers {label}", lambda r, b=bad: ["predict", "--predictor", str(r / "predictor"),
-                                                               "--answers", str(r / b)], "--answers"),
+                                                               "--answers", str(r / b)],
+             "--answers", ANSWERS_REASONS[label]),
             (f"next --answers {label}", lambda r, b=bad: ["next", "--predictor", str(r / "predictor"),
-                                                            "--answers", str(r / b)], "--answers"),
+                                                            "--answers", str(r / b)],
+             "--answers", ANSWERS_REASONS[label]),
             (f"compare --answers {label}", lambda r, b=bad: ["compare", "org0/model-0", "org1/model-1",
                                                                "--predictor", str(r / "predictor"),
-                                                               "--answers", str(r / b)], "--answers"),
+                                                               "--answers", str(r / b)],
+             "--answers", ANSWERS_REASONS[label]),
         ]
     return rows
 
@@ -134,11 +158,15 @@ def _db_rows() -> list[Row]:
     for label, bad in NOT_A_STORE:
         if label != "missing":  # ingest --db NEW starts a store: accepted (see the module docstring)
             rows.append((f"ingest --db {label}", lambda r, b=bad: ["ingest", "--db", str(r / b),
-                                                                     str(r / "data")], "--db"))
+                                                                     str(r / "data")], "--db",
+                         STORE_REASONS[label]))
         rows += [
-            (f"refresh --db {label}", lambda r, b=bad: ["refresh", "--db", str(r / b)], "--db"),
-            (f"sql --db {label}", lambda r, b=bad: ["sql", "--db", str(r / b), "SELECT 1"], "--db"),
-            (f"doctor --db {label}", lambda r, b=bad: ["doctor", "--db", str(r / b)], "--db"),
+            (f"refresh --db {label}", lambda r, b=bad: ["refresh", "--db", str(r / b)], "--db",
+             STORE_REASONS[label]),
+            (f"sql --db {label}", lambda r, b=bad: ["sql", "--db", str(r / b), "SELECT 1"],
+             "--db", STORE_REASONS[label]),
+            (f"doctor --db {label}", lambda r, b=bad: ["doctor", "--db", str(r / b)], "--db",
+             DOCTOR_REASONS.get(label, r"\d+ problem\(s\)")),
         ]
     return rows
 
@@ -148,9 +176,10 @@ def _data_rows() -> list[Row]:
     for label, bad in NOT_DATA:
         rows += [
             (f"evaluate --data {label}", lambda r, b=bad: ["evaluate", "--data", str(r / b), "-k", "3",
-                                                             "--seeds", "1"], "--data"),
+                                                             "--seeds", "1"], "--data", DATA_REASONS[label]),
             (f"fit --data {label}", lambda r, b=bad: ["fit", "--data", str(r / b), "--benchmark", "toy",
-                                                        "-k", "3", "--out", str(r / "out" / "p")], "--data"),
+                                                        "-k", "3", "--out", str(r / "out" / "p")],
+             "--data", DATA_REASONS[label]),
         ]
     return rows
 
@@ -167,81 +196,92 @@ def _evaluate(*extra: str) -> Callable[[Path], list[str]]:
 
 VALUE_ROWS: list[Row] = [
     # K
-    ("fit -k 0", _fit("-k", "0"), "-k"),
-    ("fit -k -2", _fit("-k", "-2"), "-k"),
-    ("fit -k items", _fit("-k", str(N_ITEMS)), "-k"),
-    ("fit -k above items", _fit("-k", str(N_ITEMS + 5)), "-k"),
-    ("fit -k not a number", _fit("-k", "ten"), "-k"),
-    ("evaluate -k 0", _evaluate("-k", "0"), "-k"),
-    ("evaluate -k -1", _evaluate("-k", "-1"), "-k"),
-    ("evaluate -k items", _evaluate("-k", str(N_ITEMS)), "-k"),
-    ("evaluate -k list with items", _evaluate("-k", f"3,{N_ITEMS + 1}"), "-k"),
+    ("fit -k 0", _fit("-k", "0"), "-k", POSITIVE),
+    ("fit -k -2", _fit("-k", "-2"), "-k", POSITIVE),
+    ("fit -k items", _fit("-k", str(N_ITEMS)), "-k", FEWER_THAN_ITEMS),
+    ("fit -k above items", _fit("-k", str(N_ITEMS + 5)), "-k", FEWER_THAN_ITEMS),
+    ("fit -k not a number", _fit("-k", "ten"), "-k", POSITIVE),
+    ("evaluate -k 0", _evaluate("-k", "0"), "-k", "expected positive integers"),
+    ("evaluate -k -1", _evaluate("-k", "-1"), "-k", "expected positive integers"),
+    ("evaluate -k items", _evaluate("-k", str(N_ITEMS)), "-k", FEWER_THAN_ITEMS),
+    ("evaluate -k list with items", _evaluate("-k", f"3,{N_ITEMS + 1}"), "-k", FEWER_THAN_ITEMS),
     ("export --first 0", lambda r: ["export", "--predictor", str(r / "predictor"), "--first", "0",
-                                    "--out", str(r / "out" / "a.json")], "--first"),
+                                    "--out", str(r / "out" / "a.json")], "--first", POSITIVE),
     ("next --batch 0", lambda r: ["next", "--predictor", str(r / "predictor"), "--answers",
-                                  str(r / "answers.parquet"), "--batch", "0"], "--batch"),
+                                  str(r / "answers.parquet"), "--batch", "0"], "--batch", POSITIVE),
     # seeds
-    ("evaluate --seeds 0", _evaluate("-k", "3", "--seeds", "0"), "--seeds"),
-    ("evaluate --seeds -1", _evaluate("-k", "3", "--seeds", "-1"), "--seeds"),
-    ("evaluate --seed-offset -1", _evaluate("-k", "3", "--seed-offset", "-1"), "--seed-offset"),
-    ("fit --seed -1", _fit("--seed", "-1"), "--seed"),
+    ("evaluate --seeds 0", _evaluate("-k", "3", "--seeds", "0"), "--seeds", POSITIVE),
+    ("evaluate --seeds -1", _evaluate("-k", "3", "--seeds", "-1"), "--seeds", POSITIVE),
+    ("evaluate --seed-offset -1", _evaluate("-k", "3", "--seed-offset", "-1"), "--seed-offset", SEED),
+    ("fit --seed -1", _fit("--seed", "-1"), "--seed", SEED),
     # fractions
-    ("evaluate --test-frac 0", _evaluate("-k", "3", "--test-frac", "0"), "--test-frac"),
-    ("evaluate --test-frac 1", _evaluate("-k", "3", "--test-frac", "1"), "--test-frac"),
-    ("evaluate --val-frac 1", _evaluate("-k", "3", "--val-frac", "1"), "--val-frac"),
+    ("evaluate --test-frac 0", _evaluate("-k", "3", "--test-frac", "0"), "--test-frac", FRACTION),
+    ("evaluate --test-frac 1", _evaluate("-k", "3", "--test-frac", "1"), "--test-frac", FRACTION),
+    ("evaluate --val-frac 1", _evaluate("-k", "3", "--val-frac", "1"), "--val-frac", FRACTION),
     ("evaluate --test-frac + --val-frac 1", _evaluate("-k", "3", "--test-frac", "0.5", "--val-frac", "0.5"),
-     "--val-frac"),
-    ("fit --calibration-frac 0", _fit("--calibration-frac", "0"), "--calibration-frac"),
-    ("fit --calibration-frac 1", _fit("--calibration-frac", "1"), "--calibration-frac"),
-    ("fit --alpha 0", _fit("--alpha", "0"), "--alpha"),
-    ("fit --alpha 1", _fit("--alpha", "1"), "--alpha"),
+     "--val-frac", r"val_frac \+ test_frac < 1"),
+    ("fit --calibration-frac 0", _fit("--calibration-frac", "0"), "--calibration-frac", FRACTION),
+    ("fit --calibration-frac 1", _fit("--calibration-frac", "1"), "--calibration-frac", FRACTION),
+    ("fit --alpha 0", _fit("--alpha", "0"), "--alpha", FRACTION),
+    ("fit --alpha 1", _fit("--alpha", "1"), "--alpha", FRACTION),
     ("next --target-width -1", lambda r: ["next", "--predictor", str(r / "predictor"), "--answers",
-                                          str(r / "answers.parquet"), "--target-width", "-1"], "--target-width"),
+                                          str(r / "answers.parquet"), "--target-width", "-1"],
+     "--target-width", "expected a number >= 0"),
     # a device is not a store (doctor reports it as a PROBLEM in its own report instead)
-    ("ingest --db device", lambda r: ["ingest", "--db", "/dev/null", str(r / "data")], "--db"),
-    ("sql --db device", lambda r: ["sql", "--db", "/dev/null", "SELECT 1"], "--db"),
-    ("doctor --wait -1", lambda r: ["doctor", "--db", str(r / "store.duckdb"), "--wait", "-1"], "--wait"),
+    ("ingest --db device", lambda r: ["ingest", "--db", "/dev/null", str(r / "data")], "--db", "not a regular file"),
+    ("sql --db device", lambda r: ["sql", "--db", "/dev/null", "SELECT 1"], "--db", "not a regular file"),
+    ("doctor --wait -1", lambda r: ["doctor", "--db", str(r / "store.duckdb"), "--wait", "-1"],
+     "--wait", "expected a number >= 0"),
     ("sql --max-rows -1", lambda r: ["sql", "--db", str(r / "store.duckdb"), "--max-rows", "-1", "SELECT 1"],
-     "--max-rows"),
+     "--max-rows", POSITIVE),
     # unknown methods, benchmarks, devices
-    ("evaluate --method unknown", _evaluate("-k", "3", "--method", "no-such-method"), "--method"),
-    ("fit --method unknown", _fit("--method", "no-such-method"), "--method"),
-    ("evaluate --benchmark unknown", _evaluate("-k", "3", "--benchmark", "no-such-bench"), "--benchmark"),
-    ("evaluate --benchmark empty list", _evaluate("-k", "3", "--benchmark", ","), "--benchmark"),
+    ("evaluate --method unknown", _evaluate("-k", "3", "--method", "no-such-method"), "--method", "unknown method"),
+    ("fit --method unknown", _fit("--method", "no-such-method"), "--method", "unknown method"),
+    ("evaluate --benchmark unknown", _evaluate("-k", "3", "--benchmark", "no-such-bench"), "--benchmark",
+     "no benchmark"),
+    ("evaluate --benchmark empty list", _evaluate("-k", "3", "--benchmark", ","), "--benchmark",
+     "expected benchmark names"),
     ("fit --benchmark unknown", lambda r: ["fit", "--data", str(r / "data"), "--benchmark", "nope", "-k", "3",
-                                           "--out", str(r / "out" / "p")], "--benchmark"),
+                                           "--out", str(r / "out" / "p")], "--benchmark", "no benchmark"),
     ("predict --benchmark unpublished", lambda r: ["predict", "--benchmark", "nope", "--registry",
                                                    str(r / "emptydir"), "--answers", str(r / "answers.parquet")],
-     "--benchmark"),
+     "--benchmark", "not a predictor folder"),
     ("export --benchmark unpublished", lambda r: ["export", "--benchmark", "nope", "--registry",
                                                   str(r / "emptydir"), "--out", str(r / "out" / "a.json")],
-     "--benchmark"),
-    ("fit --device unknown", _fit("--device", "tpu9"), "--device"),
-    ("evaluate --device unknown", _evaluate("-k", "3", "--device", "tpu9"), "--device"),
+     "--benchmark", "not a predictor folder"),
+    ("fit --device unknown", _fit("--device", "tpu9"), "--device", "expected auto, cpu, cuda"),
+    ("evaluate --device unknown", _evaluate("-k", "3", "--device", "tpu9"), "--device", "expected auto, cpu, cuda"),
     # empty after filtering: every model of the benchmark lacks a score
     ("fit unscored benchmark", lambda r: ["fit", "--data", str(r / "unscored"), "--benchmark", "toy", "-k", "3",
-                                          "--out", str(r / "out" / "p")], "--benchmark"),
+                                          "--out", str(r / "out" / "p")],
+     "--benchmark", "no model has a reported score"),
     ("evaluate unscored benchmark", lambda r: ["evaluate", "--data", str(r / "unscored"), "-k", "3",
-                                               "--seeds", "1", "--no-progress"], "'toy'"),
+                                               "--seeds", "1", "--no-progress"],
+     "'toy'", "no model has a reported score"),
     ("predict answers of another benchmark", lambda r: ["predict", "--predictor", str(r / "predictor"),
-                                                        "--answers", str(r / "other.parquet")], "--answers"),
+                                                        "--answers", str(r / "other.parquet")],
+     "--answers", "missing column 'item_id'"),
     ("compare unknown model", lambda r: ["compare", "org0/model-0", "nobody/none", "--predictor",
-                                         str(r / "predictor"), "--answers", str(r / "answers.parquet")], "nobody/none"),
+                                         str(r / "predictor"), "--answers", str(r / "answers.parquet")],
+     "nobody/none", "has no answers for benchmark"),
     ("refresh --benchmark unknown", lambda r: ["refresh", "--db", str(r / "store.duckdb"), "--benchmark", "nope"],
-     "--benchmark"),
-    ("sql syntax error", lambda r: ["sql", "--db", str(r / "store.duckdb"), "SELEC 1"], "SELEC"),
-    ("sql write refused", lambda r: ["sql", "--db", str(r / "store.duckdb"), "DROP TABLE responses"], "read-only"),
-    ("missing required argument", lambda r: ["fit", "--data", str(r / "data"), "-k", "3"], "--benchmark"),
+     "--benchmark", "the store holds no 'nope'"),
+    ("sql syntax error", lambda r: ["sql", "--db", str(r / "store.duckdb"), "SELEC 1"], "SELEC", "syntax error"),
+    ("sql write refused", lambda r: ["sql", "--db", str(r / "store.duckdb"), "DROP TABLE responses"],
+     "read-only", "read-only"),
+    ("missing required argument", lambda r: ["fit", "--data", str(r / "data"), "-k", "3"],
+     "--benchmark", "arguments are required"),
     ("unknown option", lambda r: ["predict", "--predictor", str(r / "predictor"), "--answers",
-                                  str(r / "answers.parquet"), "--no-such-option"], "--no-such-option"),
+                                  str(r / "answers.parquet"), "--no-such-option"],
+     "--no-such-option", "unrecognized arguments"),
 ]
 
 ROWS: list[Row] = _db_rows() + _predictor_rows() + _answers_rows() + _data_rows() + VALUE_ROWS
 
 
-@pytest.mark.parametrize(("argv", "names"), [(row[1], row[2]) for row in ROWS], ids=[row[0] for row in ROWS])
+@pytest.mark.parametrize(("argv", "names", "reason"), [row[1:] for row in ROWS], ids=[row[0] for row in ROWS])
 def test_bad_input_gets_one_line_and_changes_nothing(inputs: Path, argv: Callable[[Path], list[str]], names: str,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+                                                     reason: str, capsys: pytest.CaptureFixture[str]) -> None:
     shutil.rmtree(inputs / "out", ignore_errors=True)
     before = _digest(inputs)
     capsys.readouterr()
@@ -258,6 +298,7 @@ def test_bad_input_gets_one_line_and_changes_nothing(inputs: Path, argv: Callabl
     # the line names the argument: by its flag, or by the value given to it (a path names the file)
     given = args[args.index(names) + 1] if names in args[:-1] else None
     assert names in lines[0] or (given is not None and given in lines[0]), lines[0]
+    assert re.search(reason, lines[0], re.IGNORECASE), f"the line does not say {reason!r}: {lines[0]}"
     assert _digest(inputs) == before  # nothing changed, nothing written beside the inputs
 
 

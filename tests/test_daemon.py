@@ -2,8 +2,10 @@
 
 ``make run`` (``pipelines.run_all``: the Definitions with ``default_resources()`` read from the
 environment, the shipped ``pipelines/dagster.yaml``) at a small size; then the daemon, with a short
-sensor interval: on unchanged data it launches nothing; after a new result file it runs one ingest,
-then the refresh of exactly the benchmark that changed.
+sensor interval: on unchanged data it launches nothing (asserted only once the daemon has recorded
+ticks of every sensor, each skipped as up to date: a daemon that never evaluated a sensor launches
+nothing too); after a new result file it runs one ingest, then the refresh of exactly the benchmark
+that changed.
 """
 
 import os
@@ -35,6 +37,18 @@ def _env(tmp: Path) -> dict[str, str]:
 
 def _runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
     return [r.dagster_run for r in instance.get_run_records()]
+
+
+#: the sensors that read the local source and the store (the Hub sensor has no source configured here)
+SENSORS = ("new_results_sensor", "stale_benchmarks_sensor", "joint_sensor")
+
+
+def _ticks(instance: dg.DagsterInstance) -> dict[str, list]:
+    """sensor -> the ticks the daemon recorded (newest first)."""
+    from dagster._core.scheduler.instigation import InstigatorType
+
+    return {state.instigator_name: list(instance.get_ticks(state.instigator_origin_id, state.selector_id))
+            for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)}
 
 
 def _wait(instance: dg.DagsterInstance, done, timeout: float, daemon: subprocess.Popen) -> list[dg.DagsterRun]:
@@ -69,9 +83,20 @@ def test_daemon_after_make_run_launches_nothing_then_refreshes_only_what_a_new_f
                               cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
-        # every sensor evaluated several times on unchanged data (the daemon ticks every few seconds): no run
-        time.sleep(25)
-        assert daemon.poll() is None, "the daemon died"
+        # every sensor evaluated twice on unchanged data (recorded ticks, not a sleep), each skipped: no run
+        from dagster._core.scheduler.instigation import TickStatus
+
+        deadline = time.monotonic() + 180
+        while not all(len([t for t in _ticks(instance).get(name, []) if t.status != TickStatus.STARTED]) >= 2
+                      for name in SENSORS):
+            assert daemon.poll() is None, "the daemon died"
+            assert time.monotonic() < deadline, f"no two ticks of every sensor in 180 s: {_ticks(instance)}"
+            time.sleep(1.0)
+        ticks = _ticks(instance)
+        assert {name: {t.status for t in ticks[name]} for name in SENSORS} == {name: {TickStatus.SKIPPED}
+                                                                               for name in SENSORS}
+        assert all("up to date" in t.skip_reason for t in ticks["stale_benchmarks_sensor"]), \
+            [t.skip_reason for t in ticks["stale_benchmarks_sensor"]]
         assert len(_runs(instance)) == before, "the daemon launched a run on unchanged data"
         # a new file with new arc models: one ingest, then the refresh of arc alone (8 new models of 104: its
         # comparison waits for the weekly schedule)

@@ -175,7 +175,8 @@ def test_the_default_method_is_registered_and_served_from_the_registry(tmp_path:
     outs = []
     for source in (folder, tmp_path / "predictors" / "arc"):
         out = tmp_path / f"{len(outs)}.json"
-        assert cli_main(["predict", "--predictor", str(source), "--answers", str(tmp_path / "answers.csv"),
+        assert cli_main(["predict", "--no-db",
+                     "--predictor", str(source), "--answers", str(tmp_path / "answers.csv"),
                          "--json", str(out)]) == 0
         outs.append(json.loads(out.read_text()))
     assert outs[0] == outs[1] and 0 <= outs[0][0]["predicted"] <= 1

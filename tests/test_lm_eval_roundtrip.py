@@ -75,10 +75,19 @@ def test_lm_eval_round_trip(tmp_path: Path, capsys) -> None:
     assert evaluated == exported[TASK]  # exactly the anchors, nothing else
 
     capsys.readouterr()
-    assert main(["predict", "--predictor", str(pred), "--answers", str(run),
+    assert main(["predict", "--no-db", "--predictor", str(pred), "--answers", str(run),
                  "--json", str(tmp_path / "p.json")]) == 0
     printed = capsys.readouterr().out
     assert TASK in printed and f"{K}/{K}" in printed
     (row,) = json.loads((tmp_path / "p.json").read_text())
     assert row["benchmark"] == TASK and row["n_anchors"] == K
     assert 0.0 <= row["lower"] <= row["predicted"] <= row["upper"] <= 1.0
+
+    # the run answered chosen documents (--samples): ingest names it an anchor run, not a --limit run
+    from sparseeval.store import Store
+
+    store = Store(tmp_path / "s.duckdb")
+    report = store.ingest(run)
+    notes = [n.reason for f in report.files for n in f.notes]
+    assert any(r.startswith(f"anchor run (lm-eval --samples, {K} chosen documents)") for r in notes), notes
+    assert not any("--limit" in r for r in notes)

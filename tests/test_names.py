@@ -74,6 +74,30 @@ def _files(root: Path) -> list[Path]:
     return out
 
 
+def test_published_folders_are_named_by_the_encoding(tmp_path: Path) -> None:
+    """The fast twin of the pipeline test below: a predictor saved and published under each hostile
+    name is one versions folder and one published link, each named by the name's encoding, inside
+    the predictors folder, and what the link serves is what was saved."""
+    from sparseeval.publishing import VERSIONS, published_hash, save_version, swap_published
+    from sparseeval.scoring import fit_predictor
+    from sparseeval.synthetic import generate_leaderboard
+
+    lb = generate_leaderboard(n_families=8, models_per_family=8, benchmarks={"arc": 20}, seed=1)
+    artifact = fit_predictor(lb.responses.rename({"correct": "score"}), lb.scores, "arc", 4, "sparseeval-linear",
+                             seed=0)
+    root = tmp_path / "data"
+    predictors = root / "predictors"
+    for name in PIPELINE_NAMES:
+        folder, saved = save_version(artifact, predictors, name)
+        swap_published(predictors, name, folder)
+        assert published_hash(predictors, name) == saved.content_hash, name
+    assert [p.name for p in tmp_path.iterdir()] == ["data"]
+    for path in _files(root):
+        assert path.resolve().is_relative_to(predictors.resolve()), path
+    assert sorted(p.name for p in predictors.iterdir()) == sorted([VERSIONS, *(slug(b) for b in PIPELINE_NAMES)])
+    assert sorted(p.name for p in (predictors / VERSIONS).iterdir()) == sorted(slug(b) for b in PIPELINE_NAMES)
+
+
 @pytest.mark.slow
 def test_pipeline_on_hostile_benchmark_names(tmp_path: Path) -> None:
     from pipelines.assets import raw_results
@@ -130,7 +154,8 @@ def test_pipeline_on_hostile_benchmark_names(tmp_path: Path) -> None:
         answers = tmp_path / "answers.csv"
         lb.responses.filter((pl.col("benchmark") == name) & (pl.col("model") == model)).write_csv(answers)
         out = tmp_path / "pred.json"
-        assert cli_main(["predict", "--registry", str(predictors), "--benchmark", name, "--answers", str(answers),
+        assert cli_main(["predict", "--no-db",
+                     "--registry", str(predictors), "--benchmark", name, "--answers", str(answers),
                          "--json", str(out)]) == 0
         rows = pl.read_json(out)
         assert rows["benchmark"].to_list() == [name] and rows["model"].to_list() == [model]

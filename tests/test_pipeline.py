@@ -536,7 +536,8 @@ def test_predict_on_the_published_joint_predictor(joint: dict, tmp_path: Path) -
     answers = answered.filter(pl.col("model") == model)
     assert answers.height == 3 * K  # a model that answered every anchor
     answers.write_csv(tmp_path / "answers.csv")
-    assert cli_main(["predict", "--registry", str(joint["root"] / "predictors"), "--benchmark", "sparseeval-joint",
+    assert cli_main(["predict", "--no-db",
+                     "--registry", str(joint["root"] / "predictors"), "--benchmark", "sparseeval-joint",
                      "--answers", str(tmp_path / "answers.csv"), "--json", str(tmp_path / "p.json")]) == 0
     preds = pl.DataFrame(json.loads((tmp_path / "p.json").read_text()))
     assert preds.get_column("benchmark").to_list() == ["arc", "gsm8k", "mmlu", "mean"]

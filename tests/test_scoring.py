@@ -77,7 +77,8 @@ def test_export_then_predict_from_lm_eval_folder(arc, tmp_path: Path, capsys) ->
     assert sorted(int(i) for i in rows.get_column("item_id")) == exported["arc_challenge"]
     art.save(tmp_path / "pred")
     capsys.readouterr()
-    assert main(["predict", "--predictor", str(tmp_path / "pred"), "--answers", str(tmp_path / "run"),
+    assert main(["predict", "--no-db",
+                     "--predictor", str(tmp_path / "pred"), "--answers", str(tmp_path / "run"),
                  "--json", str(tmp_path / "p.json")]) == 0
     assert "20/20" in capsys.readouterr().out
     got = json.loads((tmp_path / "p.json").read_text())
@@ -107,11 +108,13 @@ def test_garbage_answers_file_is_named(arc, tmp_path: Path, capsys) -> None:
     garbage.write_bytes(b"\x00\xff garbage \x01\x02\n\x00\x00")
     with pytest.raises(InputError, match=r"answers\.csv"):
         read_answers(garbage)
-    assert main(["predict", "--predictor", str(tmp_path / "pred"), "--answers", str(garbage)]) == 2
+    assert main(["predict", "--no-db",
+                     "--predictor", str(tmp_path / "pred"), "--answers", str(garbage)]) == 2
     assert str(garbage) in capsys.readouterr().err
     empty_run = tmp_path / "run"
     empty_run.mkdir()
-    assert main(["predict", "--predictor", str(tmp_path / "pred"), "--answers", str(empty_run)]) == 2
+    assert main(["predict", "--no-db",
+                     "--predictor", str(tmp_path / "pred"), "--answers", str(empty_run)]) == 2
     assert "no lm-eval samples" in capsys.readouterr().err
 
 

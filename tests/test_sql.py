@@ -66,17 +66,17 @@ def test_one_shot_formats(store: Path, capsys: pytest.CaptureFixture[str], tmp_p
     query = "SELECT benchmark, models, items, responses FROM benchmark_coverage ORDER BY benchmark"
     expected = [(b, SMALL_MODELS, SMALL_ITEMS, SMALL_MODELS * SMALL_ITEMS) for b in SMALL_BENCHMARKS]
 
-    rc, out, _ = _sql(capsys, "--db", str(store), "--csv", query)
+    rc, out, _ = _sql(capsys, "--db", str(store), "--csv", "-", query)
     assert rc == 0
     rows = list(csv.reader(io.StringIO(out)))
     assert rows[0] == ["benchmark", "models", "items", "responses"]
     assert [(b, int(m), int(i), int(r)) for b, m, i, r in rows[1:]] == expected
 
-    rc, out, _ = _sql(capsys, "--db", str(store), "--json", query)
+    rc, out, _ = _sql(capsys, "--db", str(store), "--json", "-", query)
     assert rc == 0
     assert [tuple(d.values()) for d in json.loads(out)] == expected
 
-    rc, out, _ = _sql(capsys, "--db", str(store), "--json", "SELECT 1 AS a WHERE false")
+    rc, out, _ = _sql(capsys, "--db", str(store), "--json", "-", "SELECT 1 AS a WHERE false")
     assert rc == 0 and json.loads(out) == []
 
     rc, out, _ = _sql(capsys, "--db", str(store), query)  # the table view
@@ -91,7 +91,7 @@ def test_one_shot_formats(store: Path, capsys: pytest.CaptureFixture[str], tmp_p
         scores.sort("model", "benchmark")["score"].to_list())
 
     # the snapshot file itself may be named, and a query read from stdin
-    done = _module("--db", str(store.with_name("sparseeval.snapshot.duckdb")), "--csv",
+    done = _module("--db", str(store.with_name("sparseeval.snapshot.duckdb")), "--csv", "-",
                    stdin="SELECT count(*) AS n FROM responses;")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["n", str(SMALL_MODELS * SMALL_ITEMS * len(SMALL_BENCHMARKS))]
@@ -112,7 +112,7 @@ def test_writes_and_bad_sql_are_refused_one_line(store: Path, capsys: pytest.Cap
 
 
 def test_views_lists_every_view_with_its_description(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = _sql(capsys, "--db", str(store), "--views", "--json")
+    rc, out, _ = _sql(capsys, "--db", str(store), "--views", "--json", "-")
     assert rc == 0
     views = {v["view"]: v for v in json.loads(out)}
     defined = set(re.findall(r"CREATE OR REPLACE VIEW (\w+)", (SQL_DIR / "views.sql").read_text()))
@@ -145,7 +145,7 @@ def test_sql_reads_the_snapshot_while_a_writer_holds_the_database(store: Path, t
         with pytest.raises(duckdb.IOException, match="lock"):  # the database itself is locked ...
             duckdb.connect(str(store), read_only=True).close()
         t0 = time.monotonic()
-        done = _module("--db", str(store), "--csv", query, timeout=30)
+        done = _module("--db", str(store), "--csv", "-", query, timeout=30)
         seconds = time.monotonic() - t0
         assert writer.poll() is None, "the writer must still hold the lock while sql reads"
         assert done.returncode == 0, done.stderr
@@ -155,7 +155,7 @@ def test_sql_reads_the_snapshot_while_a_writer_holds_the_database(store: Path, t
         release.touch()
         _, err = writer.communicate(timeout=60)
     assert writer.returncode == 0, err
-    done = _module("--db", str(store), "--csv", query)
+    done = _module("--db", str(store), "--csv", "-", query)
     assert done.stdout.split() == ["n", "1"]  # the committed write is published
 
 

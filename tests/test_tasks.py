@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from sparseeval.benchmarks import DEFAULT_SETTINGS, MMLU_SUBJECTS, V2_GROUPS, split_variant
-from sparseeval.tasks import LIGHTEVAL_TASKS, MAPPED_SUITES, MMLU_PRO_SUBJECTS, split_lighteval_key, task_benchmark
+from sparseeval.tasks import (
+    LIGHTEVAL_TASKS,
+    MAPPED_SUITES,
+    MMLU_PRO_SUBJECTS,
+    means_leaderboard,
+    split_lighteval_key,
+    task_benchmark,
+)
 
 NAMES = Path(__file__).resolve().parent / "fixtures" / "tasks" / "task_names.json.gz"
 LEADERBOARD = set(DEFAULT_SETTINGS)  # the benchmarks with leaderboard settings: arc ... mmlu_pro
@@ -159,7 +166,11 @@ def test_lighteval_right_parents() -> None:
 @pytest.mark.parametrize("tag", lm_eval_releases())
 def test_group_subtask_item_ids_round_trip(tag: str) -> None:
     """Within every group of the harness, the stored item-id prefixes of its members are distinct and
-    name their member back: no two subtasks share an item id."""
+    name their member back: no two subtasks share an item id, and an item id ``<prefix>.<doc>`` leads
+    (through :func:`sparseeval.artifact.harness_location`, what an exported anchor task runs) to a task
+    of the same benchmark and prefix, at the same document."""
+    from sparseeval.artifact import harness_location
+
     rel = releases()["lm-eval"][tag]
     for group in rel["groups"]:
         back: dict[tuple, str] = {}
@@ -167,8 +178,12 @@ def test_group_subtask_item_ids_round_trip(tag: str) -> None:
             bench, prefix = task_benchmark(task, "lm-eval")
             key = (bench, prefix if prefix is not None else task)  # a generic group's member keeps its name
             assert back.setdefault(key, task) == task, (group, task, back[key])
-            item = f"{key[1]}.17"
-            assert item.rsplit(".", 1)[0] == key[1]
+            if prefix is not None:  # a mapped subtask (MMLU subject, leaderboard v2 subtask, MMLU-Pro subject)
+                located, doc = harness_location(bench, f"{prefix}.17")
+                assert doc == 17 and located is not None, (group, task)
+                assert task_benchmark(located, "lm-eval") == (bench, prefix), (group, task, located)
+            elif bench == task and not means_leaderboard(group):  # folded into its group as <task>.<doc>
+                assert harness_location(group, f"{task}.17") == (task, 17), (group, task)
 
 
 # ------------------------------------------------------------------ through the readers and the store

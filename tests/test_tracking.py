@@ -43,10 +43,10 @@ class _WeightedMean(AnchorEstimator):
         return X @ self.w_ + self.b_
 
     def _get_params_state(self) -> dict[str, Any]:
-        return {"w": torch.as_tensor(self.w_), "b": self.b_}
+        return {"w": np.asarray(self.w_), "b": self.b_}
 
     def _set_params_state(self, state: dict[str, Any]) -> None:
-        self.w_, self.b_ = state["w"].numpy(), float(state["b"])
+        self.w_, self.b_ = np.asarray(state["w"], dtype=np.float32), float(state["b"])
 
 
 @pytest.fixture
@@ -152,7 +152,12 @@ def test_evaluation_runs_comparison_and_registry(cfg: TrackingConfig, tmp_path: 
     est = estimator_cls(k=5).fit(Y, s)
     predictor_dir = tmp_path / "predictor"
     predictor_dir.mkdir()
-    torch.save(est.get_state(), predictor_dir / "state.pt")
+    # a bare estimator state as torch.save wrote it (tensors), the layout version 1 and MLflow runs used
+    state = est.get_state()
+    state = {**state, "anchors": torch.as_tensor(state["anchors"]),
+             "anchor_fill": torch.as_tensor(state["anchor_fill"]),
+             "params": {**state["params"], "w": torch.as_tensor(state["params"]["w"])}}
+    torch.save(state, predictor_dir / "state.pt")
     (predictor_dir / "meta.json").write_text(json.dumps({"benchmark": "arc", "k": 5}))
     extra = tmp_path / "notes.txt"
     extra.write_text("hello")

@@ -97,3 +97,39 @@ def check_k_below_items(k: int, n_items: int, benchmark: str, data: Path) -> Non
     if k >= n_items:
         raise UsageError(f"-k {k}: {benchmark} has {n_items} items in {data}; "
                          "anchors must be fewer than the benchmark's items")
+
+
+def benchmark_names(text: str) -> list[str]:
+    """``--benchmark arc,mmlu``: the names of one occurrence (the option also repeats; ``action="extend"``)."""
+    names = [b.strip() for b in text.split(",")]
+    if not text.strip() or any(not b for b in names):
+        raise argparse.ArgumentTypeError(f"expected benchmark names separated by commas, got {text!r}")
+    return names
+
+
+def add_benchmark_argument(parser: argparse.ArgumentParser, help: str, *, required: bool = False) -> None:
+    """``--benchmark B[,B...]``, repeatable, the same in every command: ``args.benchmark`` is a list
+    (None when not given)."""
+    parser.add_argument("--benchmark", dest="benchmark", action="extend", type=benchmark_names,
+                        metavar="B[,B...]", required=required,
+                        help=f"{help}; several: comma-separated or the option repeated")
+
+
+def output_file(text: str) -> Path | str:
+    """``--json FILE`` / ``--csv FILE``: a file to write, or ``-`` for standard output."""
+    if text == "-":
+        return text
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: a folder; give a file name (or - for standard output)")
+    return path
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, what: str, *, csv: bool = True) -> None:
+    """``--json FILE`` and ``--csv FILE`` with one meaning in every command: write ``what`` to FILE, or to
+    standard output with ``-`` (then the command prints nothing else there)."""
+    parser.add_argument("--json", type=output_file, metavar="FILE",
+                        help=f"also write {what} as JSON to FILE ('-': to standard output instead of the table)")
+    if csv:
+        parser.add_argument("--csv", type=output_file, metavar="FILE",
+                            help=f"also write {what} as CSV to FILE ('-': to standard output instead of the table)")

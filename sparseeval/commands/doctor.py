@@ -242,11 +242,28 @@ def run(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+DESCRIPTION = """\
+Check the store and its read-only snapshot; --repair fixes what can be fixed.
+
+Checks that the database opens and every table reads to the end, its layout version, the tables the
+schema defines, a few consistency rules between tables, whether the snapshot is fresh (or stale,
+damaged, missing, held read-write by someone), and temp files left by a killed publish. Prints one
+line per check and exits 1 when something is wrong.
+
+--repair republishes the snapshot from the database and removes leftover temp files. A database that
+does not open cannot be repaired here: the last published snapshot, if it reads, holds the state as
+of its publish (the doctor says how to restore it)."""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from sparseeval import settings
+
     p = subparsers.add_parser("doctor", help="check the store and its snapshot; --repair fixes the snapshot",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--db", type=Path, default=None,
-                   help="DuckDB file (default: $SPARSEEVAL_DB or data/sparseeval.duckdb)")
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog="environment variables (the options above override them):\n"
+                                     + settings.describe("db", "data_dir"))
+    p.add_argument("--db", type=Path, default=None, metavar="FILE",
+                   help="the store's DuckDB file (" + settings.overrides("db") + ", else <data dir>/sparseeval.duckdb)")
     p.add_argument("--repair", action="store_true", help="republish the snapshot and remove leftover temp files")
     p.add_argument("--wait", type=non_negative, default=10.0, metavar="S",
                    help="seconds to wait for a writer that holds the database (default 10)")

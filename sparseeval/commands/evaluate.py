@@ -1,4 +1,4 @@
-"""``sparseeval evaluate``: compare anchor methods on held-out models of a long-format folder.
+"""``sparseeval evaluate``: compare anchor methods on held-out models of a results folder.
 
 Every method, K and seed runs on the same model splits (one split per seed), and the JSON output
 holds one record per run: ``{benchmark, method, k, seed, mae, tau, rho, max_error, seconds, ...}``
@@ -8,16 +8,16 @@ with MAE in percentage points.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-import polars as pl
 from tqdm import tqdm
 
+from sparseeval import settings
 from sparseeval.benchmarks import canonical_benchmark
 from sparseeval.commands.arguments import (
+    add_benchmark_argument,
+    add_output_arguments,
     check_k_below_items,
     device,
     existing_path,
@@ -25,6 +25,7 @@ from sparseeval.commands.arguments import (
     positive_int,
     seed,
 )
+from sparseeval.commands.output import to_stdout, write_records
 from sparseeval.errors import UsageError, UserError
 from sparseeval.evaluation import EvalResult, ProtocolConfig, run_joint_protocol, run_protocol, summarize
 from sparseeval.matrix import build_matrix
@@ -32,6 +33,17 @@ from sparseeval.methods import available_methods
 from sparseeval.methods.joint import JOINT_METHOD, common_models
 from sparseeval.report import print_table
 from sparseeval.sources import DataSource, model_dates, open_data
+
+DESCRIPTION = """\
+Compare anchor methods on held-out models: for every method, K and seed, fit on the training models
+of a split and measure the error of the predicted full scores on models the fit never saw.
+
+Every method runs on the same splits (one split per seed). The table shows per benchmark, method and
+K the mean absolute error (points) and Kendall's tau over the seeds, and the seconds a fit took;
+--json and --csv write one record per run. Needs the [fit] extra: pip install 'sparseeval[fit]'.
+
+example:
+  sparseeval evaluate --data results/ --benchmark arc,mmlu --method random-linear,sparseeval-linear -k 10,20"""
 
 
 def _int_list(text: str) -> list[int]:
@@ -57,19 +69,28 @@ def add_arguments(p: argparse.ArgumentParser, **defaults: object) -> argparse.Ar
     """The comparison's arguments: the one front end the CLI and ``bench/accuracy.py`` share (the
     pipeline's ``evaluation`` asset calls the same :func:`sparseeval.evaluation.run_protocol` with its
     resource settings). ``defaults`` override the CLI's (the bench runs a larger grid by default)."""
-    p.add_argument("--data", required="data" not in defaults, type=existing_path,
-                   help="folder or file in any supported format")
-    p.add_argument("--benchmark", "--benchmarks", dest="benchmark", default="all",
-                   help="benchmark name(s), comma-separated, or 'all' (default)")
-    p.add_argument("--method", "--methods", dest="method", default=["sparseeval-linear"], type=_methods,
-                   help="method(s), comma-separated (default sparseeval-linear)")
-    p.add_argument("-k", "--k", default=[20], type=_int_list, help="anchor count(s), e.g. 10,20,30,50")
-    p.add_argument("--seeds", type=positive_int, default=3, help="number of seeds (splits): 0..N-1 (default 3)")
-    p.add_argument("--seed-offset", type=seed, default=0, help="first seed (default 0)")
-    p.add_argument("--test-frac", type=open_fraction, default=0.2)
-    p.add_argument("--val-frac", type=open_fraction, default=0.1)
-    p.add_argument("--split", choices=("random", "family", "date"), default="random")
-    p.add_argument("--device", default="auto", type=device, help="auto (CUDA if present), cpu or cuda")
+    p.add_argument("--data", required="data" not in defaults, type=existing_path, metavar="PATH",
+                   help="results in any supported format (a long table, lm-eval output, lighteval, leaderboard "
+                        "details)")
+    add_benchmark_argument(p, "benchmark(s) to compare on (default: every benchmark in --data)")
+    p.add_argument("--method", "--methods", dest="method", default=[settings.SETTINGS["method"].get()],
+                   type=_methods, metavar="M[,M...]",
+                   help="method(s), comma-separated (default: the one `fit` uses; " + settings.overrides("method")
+                        + ")")
+    p.add_argument("-k", "--k", default=[int(settings.SETTINGS["k"].get())], type=_int_list, metavar="K[,K...]",
+                   help="anchor count(s), comma-separated, e.g. 10,20,30 (default: " + settings.overrides("k") + ")")
+    p.add_argument("--seeds", type=positive_int, default=3, metavar="N",
+                   help="number of seeds (splits), seeds offset..offset+N-1 (default 3)")
+    p.add_argument("--seed-offset", type=seed, default=0, metavar="S", help="first seed (default 0)")
+    p.add_argument("--test-frac", type=open_fraction, default=0.2, metavar="F",
+                   help="share of the models held out as test models of each split (default 0.2)")
+    p.add_argument("--val-frac", type=open_fraction, default=0.1, metavar="F",
+                   help="share of the models a method may use to tune itself, never scored (default 0.1)")
+    p.add_argument("--split", choices=("random", "family", "date"), default="random",
+                   help="how test models are held out: random; family (whole model families, e.g. every "
+                        "fine-tune of one base model); date (the newest models) (default random)")
+    p.add_argument("--device", default=settings.SETTINGS["device"].get(), type=device,
+                   help="auto (CUDA when present), cpu, cuda or cuda:N; " + settings.overrides("device"))
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "
@@ -80,10 +101,11 @@ def add_arguments(p: argparse.ArgumentParser, **defaults: object) -> argparse.Ar
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="compare anchor methods on held-out models",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="environment variables (the options above override them):\n"
+                              + settings.describe("method", "k", "device"))
     add_arguments(p)
-    p.add_argument("--json", type=Path, help="write the list of per-run records here")
-    p.add_argument("--csv", type=Path, help="write the per-run records as CSV here")
+    add_output_arguments(p, "one record per run")
     p.set_defaults(func=run)
 
 
@@ -99,10 +121,11 @@ def compare(args: argparse.Namespace, data: DataSource,
     methods); ``on_benchmark`` sees the results so far after each benchmark (a long run that stops
     early still leaves its finished benchmarks)."""
     present = data.benchmarks()
-    if args.benchmark == "all":
+    names = args.benchmark.split(",") if isinstance(args.benchmark, str) else list(args.benchmark or [])
+    if not names or names == ["all"]:
         benchmarks = present
     else:
-        benchmarks = [canonical_benchmark(b) for b in args.benchmark.split(",") if b.strip()]
+        benchmarks = [canonical_benchmark(b) for b in names if b.strip()]
         if not benchmarks:
             raise UsageError(f"--benchmark {args.benchmark!r}: names no benchmark (found: {', '.join(present)})")
         missing = [b for b in benchmarks if b not in present]
@@ -156,13 +179,12 @@ def _run_joint(args: argparse.Namespace, data: DataSource, benchmarks: list[str]
 
 
 def _write(args: argparse.Namespace, results: list) -> int:
-    records = [r.row() | {"anchors": r.anchors} for r in results]
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
-    if args.csv:
-        args.csv.parent.mkdir(parents=True, exist_ok=True)
-        pl.DataFrame([r.row() for r in results]).write_csv(args.csv)
+    if args.json is not None:
+        write_records([r.row() | {"anchors": r.anchors} for r in results], json_to=args.json)
+    if args.csv is not None:
+        write_records([r.row() for r in results], csv_to=args.csv)
+    if to_stdout(args.json, args.csv):
+        return 0
     table = summarize(results).select("benchmark", "method", "k", "seeds", "mae_mean", "mae_sd", "tau_mean",
                                       "tau_sd", "seconds_mean")
     print_table(table)

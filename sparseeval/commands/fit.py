@@ -3,21 +3,24 @@
 
 Models of ``--data`` are split once with ``--seed``: ``--calibration-frac`` held out for the
 conformal intervals and the OOD threshold, the rest fits the method. The predictor folder
-(``predictor.json`` + ``state.pt``) goes to ``--out`` (default ``<registry>/<benchmark>``, where
+(``predictor.json`` + ``state.safetensors``) goes to ``--out`` (default ``<registry>/<benchmark>``, where
 ``predict --benchmark`` finds it).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from sparseeval import settings
-from sparseeval.benchmarks import canonical_benchmark
+from sparseeval.benchmarks import DEFAULT_SETTINGS, canonical_benchmark, default_n_shot, same_metric
 from sparseeval.commands.arguments import (
+    add_benchmark_argument,
     check_k_below_items,
     device,
     existing_path,
@@ -33,9 +36,48 @@ from sparseeval.readers.base import InputError
 from sparseeval.scoring import fit_joint_predictor, fit_predictor
 from sparseeval.sources import open_data
 
+DESCRIPTION = f"""\
+Fit, calibrate and save a predictor: K anchor items of a benchmark, chosen on item-level results of
+many models, and the model that predicts the full score from a new model's answers to them.
+
+--data holds the results (a long table, lm-eval output folders, lighteval or leaderboard details).
+Its models are split once with --seed: --calibration-frac of them are held out for the 90% intervals
+and the out-of-distribution threshold, the rest fit the method. With --method {JOINT_METHOD} and
+several benchmarks, one predictor covers them all (K anchors per benchmark). The predictor folder
+goes to --out (default <registry>/<benchmark>, where `predict --benchmark` finds it); fit prints the
+command that exports it for lm-eval. Needs the [fit] extra: pip install 'sparseeval[fit]'.
+
+example:
+  sparseeval fit --data results/ --benchmark arc -k 20 --out predictors/arc"""
+
+
+def training_settings(benchmark: str, recorded: dict[str, Any]) -> dict[str, Any]:
+    """The settings a predictor records for its training data: what the data recorded, else what the
+    benchmark's plain name stands for (``arc``: the leaderboard's 25-shot acc_norm), marked as such, so
+    ``export`` runs the anchors the way the data was run and ``predict`` can check answers against it."""
+    if recorded.get("n_shot") is not None or recorded.get("metric") or benchmark not in DEFAULT_SETTINGS:
+        return recorded
+    from sparseeval.readers.lm_eval import PREFERRED_METRICS
+
+    return {**recorded, "n_shot": default_n_shot(benchmark), "metric": PREFERRED_METRICS[benchmark][0],
+            "from": "the benchmark's name (the data records no settings)"}
+
+
+def check_one_metric(benchmark: str, metrics: dict[str | None, int], data: Path) -> None:
+    """A predictor learns one score: training runs scored by different metrics (the metric is settings
+    data, not part of the benchmark's name) are refused, naming them, rather than pooled."""
+    distinct: list[str] = []
+    for m in (m for m in metrics if m is not None):
+        if not any(same_metric(benchmark, m, d) for d in distinct):
+            distinct.append(m)
+    if len(distinct) > 1:
+        counts = ", ".join(f"{m} ({metrics[m]} runs)" for m in distinct)
+        raise InputError(data, f"benchmark {benchmark!r}: the runs were scored by different metrics ({counts}); "
+                               "a predictor learns one score: keep the runs of one metric")
+
 
 def run(args: argparse.Namespace) -> int:
-    benches = list(dict.fromkeys(canonical_benchmark(b) for b in args.benchmark.split(",") if b.strip()))
+    benches = list(dict.fromkeys(canonical_benchmark(b) for b in args.benchmark))
     joint = args.method == JOINT_METHOD
     if (len(benches) < 2) if joint else (len(benches) != 1):
         raise UsageError(f"--method {JOINT_METHOD} takes two benchmarks or more (--benchmark arc,mmlu); "
@@ -54,12 +96,15 @@ def run(args: argparse.Namespace) -> int:
         if missing:
             raise InputError(args.data, f"no benchmark {', '.join(map(repr, missing))} "
                                         f"(found: {', '.join(data.benchmarks())})")
+        for b in benches:
+            check_one_metric(b, data.metrics(b), args.data)
         if joint:  # one anchor set for every listed benchmark, K per benchmark
             responses, scores = data.long(None)
             artifact = fit_joint_predictor(
                 responses, scores, benches, args.k, calibration_frac=args.calibration_frac, seed=args.seed,
                 device=args.device, alpha=args.alpha, models=data.models(),
-                row_mean_is_score=args.row_mean_is_score, settings={b: data.settings(b) for b in benches})
+                row_mean_is_score=args.row_mean_is_score,
+                settings={b: training_settings(b, data.settings(b)) for b in benches})
         else:
             responses, scores = data.long(bench)
             n_items = responses.lazy().select(pl.col("item_id").n_unique()).collect().item()
@@ -67,8 +112,13 @@ def run(args: argparse.Namespace) -> int:
             artifact = fit_predictor(responses, scores, bench, args.k, args.method,
                                      calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
                                      alpha=args.alpha, models=data.models(),
-                                     row_mean_is_score=args.row_mean_is_score, settings=data.settings(bench))
+                                     row_mean_is_score=args.row_mean_is_score,
+                                     settings=training_settings(bench, data.settings(bench)))
         tick(f"selected and calibrated {artifact.k} anchors")
+        if args.data_licence:
+            artifact.extra["data_licence"] = args.data_licence
+        if args.data_source:
+            artifact.extra["data_source"] = args.data_source
         saved = artifact.save(out)
         tick(f"saved {out}")
     c = saved.calibration
@@ -78,30 +128,42 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name}: MAE {cal['calibration_mae_points']:.2f} points, {100 * (1 - c['alpha']):g}% interval "
               f"mean half-width {cal['mean_halfwidth_points']:.2f} points ({cal['mode']} scale)")
     print(f"saved {out} ({saved.content_hash})")
+    print("next: export its anchors as an lm-eval task (lm-eval then prints the estimate for a new model):")
+    print(f"  sparseeval export --predictor {shlex.quote(str(out))} --format lm-eval-task --out sparseeval_tasks")
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("fit", help="fit, calibrate and save a predictor for one benchmark",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", type=existing_path, required=True, metavar="DIR",
+    p = subparsers.add_parser("fit", help="fit, calibrate and save a predictor for one benchmark (or a joint one)",
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog="environment variables (the options above override them):\n"
+                                     + settings.describe("method", "k", "seed", "device", "alpha", "predictors",
+                                                         "data_dir"))
+    p.add_argument("--data", type=existing_path, required=True, metavar="PATH",
                    help="results in any supported format (every model is used for fitting or calibration)")
-    p.add_argument("--benchmark", required=True, metavar="B",
-                   help=f"the benchmark; for --method {JOINT_METHOD} several, comma-separated")
-    p.add_argument("-k", "--k", type=positive_int, required=True,
-                   help=f"number of anchors ({JOINT_METHOD}: per benchmark, K x benchmarks in all)")
-    p.add_argument("--method", default=settings.DEFAULT_METHOD,
-                   help=f"registered method (default {settings.DEFAULT_METHOD})")
-    p.add_argument("--calibration-frac", type=open_fraction, default=0.2)
-    p.add_argument("--alpha", type=open_fraction, default=settings.DEFAULT_ALPHA,
-                   help="interval miscoverage (0.1: 90%% intervals)")
-    p.add_argument("--seed", type=seed, default=0)
-    p.add_argument("--device", default="auto", type=device)
+    add_benchmark_argument(p, f"the benchmark (several only with --method {JOINT_METHOD})", required=True)
+    p.add_argument("-k", "--k", type=positive_int, default=int(settings.SETTINGS["k"].get()),
+                   help=f"number of anchors ({JOINT_METHOD}: per benchmark); " + settings.overrides("k"))
+    p.add_argument("--method", default=settings.SETTINGS["method"].get(),
+                   help="anchor method (see `sparseeval evaluate` to compare them); " + settings.overrides("method"))
+    p.add_argument("--calibration-frac", type=open_fraction, default=0.2, metavar="F",
+                   help="share of the models held out for the intervals and the OOD threshold (default 0.2)")
+    p.add_argument("--alpha", type=open_fraction, default=float(settings.SETTINGS["alpha"].get()),
+                   help="interval miscoverage, 0.1 for 90%% intervals; " + settings.overrides("alpha"))
+    p.add_argument("--seed", type=seed, default=int(settings.SETTINGS["seed"].get()),
+                   help="seed of the model split and the fit; " + settings.overrides("seed"))
+    p.add_argument("--device", type=device, default=settings.SETTINGS["device"].get(),
+                   help="auto (CUDA when present), cpu, cuda or cuda:N; " + settings.overrides("device"))
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "
                         "row mean as its score (never assumed: stored items are often a subset)")
-    p.add_argument("--out", type=Path, metavar="PREDICTOR_DIR",
-                   help="predictor folder (default <registry>/<benchmark>)")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="predictor folder to write (default <registry>/<benchmark>)")
     p.add_argument("--registry", type=Path, default=None, metavar="DIR",
-                   help="published predictors folder (default $SPARSEEVAL_PREDICTORS or <data dir>/predictors)")
+                   help="published predictors folder (" + settings.overrides("predictors")
+                        + ", else <data dir>/predictors)")
+    p.add_argument("--data-licence", metavar="LICENCE",
+                   help="the licence of --data (e.g. CC-BY-NC-SA-4.0), recorded in the predictor and its model card")
+    p.add_argument("--data-source", metavar="TEXT",
+                   help="where --data comes from (a sentence for the model card)")
     p.set_defaults(func=run)

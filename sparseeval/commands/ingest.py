@@ -26,6 +26,24 @@ from sparseeval.hub_sources import HubFetcher, HubSource, RepoFetch, parse_sourc
 from sparseeval.progress import progress_bar
 from sparseeval.store import IngestReport, PublishInterrupted, Store, StoreError, default_db_path
 
+DESCRIPTION = """\
+Store result files, folders and Hub dataset repos in the DuckDB store (what fit, evaluate, sql and
+the pipeline read).
+
+A SOURCE is a file or folder (a long table, lm-eval output, lighteval output, leaderboard details),
+hf://datasets/ORG/REPO[@revision] or hf://datasets/ORG/GLOB. Each unit (a file, or a run folder) is one
+transaction: a unit already ingested (same bytes) is skipped; a newer run of the same model and
+benchmark replaces the older one as current (the older is kept as history); a bad unit, or a bad
+part of one, is refused with the reason and leaves the store unchanged. A Hub repo whose commit was
+ingested before costs one metadata call; only new files are downloaded.
+
+Prints one row per unit (stored, partial, skipped, refused) and each refused or skipped part with
+its reason; exits 1 when anything was refused or a Hub repo failed. Ctrl-C stops after rolling back
+the unit in progress (exit 130).
+
+example:
+  sparseeval ingest results/ hf://datasets/ORG/details --db store.duckdb"""
+
 _LABELS = {"ok": "stored", "partial": "PARTIAL", "skipped": "skipped", "refused": "REFUSED",
            "interrupted": "STOPPED"}
 
@@ -34,20 +52,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "ingest",
         help="ingest result files or folders (long tables, lm-eval output, lighteval, leaderboard details)",
-        description="Ingest result files or folders into the DuckDB store. Each unit (a file, or a run folder) "
-                    "is one transaction; units already ingested (same bytes) are skipped; a newer run of the "
-                    "same model and benchmark replaces the older one as current (kept as history); bad units or "
-                    "parts of units are refused with the reason and leave the store unchanged.",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="environment variables (the options above override them):\n"
+               + settings.describe("db", "data_dir", "hub_tasks", "duckdb_memory"),
     )
     parser.add_argument("paths", nargs="+", metavar="SOURCE",
                         help="files or folders to ingest, or Hub dataset repos: hf://datasets/ORG/REPO[@revision] "
                              "or hf://datasets/ORG/GLOB (only files not ingested yet are downloaded)")
-    parser.add_argument("--db", type=writable_db, default=None,
-                        help="DuckDB file (default: $SPARSEEVAL_DB or data/sparseeval.duckdb)")
+    parser.add_argument("--db", type=writable_db, default=None, metavar="FILE",
+                        help="the store's DuckDB file, created if missing (" + settings.overrides("db")
+                             + ", else <data dir>/sparseeval.duckdb)")
     parser.add_argument("--hub-tasks", default=None, metavar="TASKS",
                         help="Hub sources download only these tasks' files (and the aggregate results): benchmarks, "
-                             "lm-eval task names or globs, comma-separated (default: $SPARSEEVAL_HUB_TASKS, or every "
-                             "result file)")
+                             "lm-eval task names or globs, comma-separated (" + settings.overrides("hub_tasks")
+                             + "; default: every result file)")
     parser.set_defaults(func=run)
 
 

@@ -21,15 +21,30 @@ import numpy as np
 import polars as pl
 
 from sparseeval import calibration as cal
+from sparseeval import settings
 from sparseeval.adaptive import NextStep, next_anchors
 from sparseeval.answers import read_answers
 from sparseeval.artifact import PredictorArtifact
 from sparseeval.atomic import atomic_write_text
-from sparseeval.commands.arguments import existing_path, non_negative, positive_int
+from sparseeval.commands.arguments import add_output_arguments, existing_path, non_negative, positive_int
+from sparseeval.commands.output import to_stdout, write_records
 from sparseeval.commands.predict import add_predictor_arguments, load_predictors
 from sparseeval.errors import UsageError
 from sparseeval.methods.joint import MEAN
 from sparseeval.scoring import anchor_matrix, prediction_outputs
+
+DESCRIPTION = """\
+Adaptive anchors: which anchors a model should run next, or that its interval is narrow enough.
+
+Run the first batch of a predictor's anchors (`sparseeval export --first N`), then ask `next` with
+the answers so far. It predicts from what was answered (the interval is calibrated for exactly that
+prefix of the predictor's order) and either says the target half-width is met, or lists the next
+--batch anchors in the predictor's order (never one already answered). --samples writes them as an
+lm-eval --samples file. For a joint predictor the target is about the mean score unless --output
+names a benchmark.
+
+example:
+  sparseeval next --predictor DIR --answers run/ --batch 10 --target-width 2 --samples next.json"""
 
 
 def plan(artifact: PredictorArtifact, answers: pl.DataFrame, *, batch: int = 10, target_width: float | None = None,
@@ -63,7 +78,7 @@ def plan(artifact: PredictorArtifact, answers: pl.DataFrame, *, batch: int = 10,
 
 
 def run(args: argparse.Namespace) -> int:
-    (artifact,) = load_predictors(args)
+    (artifact,) = load_predictors(args, many=False)
     bench = None if artifact.is_joint else artifact.benchmark
     answers = pl.concat([read_answers(p, benchmark=bench, model=args.model) for p in args.answers])
     steps = plan(artifact, answers, batch=args.batch,
@@ -72,18 +87,18 @@ def run(args: argparse.Namespace) -> int:
     if not steps:
         print(f"error: the answers hold no model for {', '.join(artifact.benchmarks)}", file=sys.stderr)
         return 2
-    for s in steps:
-        head = f"{s.model}: {s.n_answered}/{s.k} anchors answered"
-        if s.predicted is not None and s.halfwidth is not None:
-            head += f", predicted {100 * s.predicted:.1f} +- {100 * s.halfwidth:.1f} points"
-        if s.done:
-            print(f"{head}: done ({s.reason})")
-        else:
-            items = ", ".join(f"{b}:{i}" if artifact.is_joint else i
-                              for b, i in zip(s.next_benchmarks, s.next_item_ids, strict=True))
-            print(f"{head}: run next {len(s.next_item_ids)} ({s.reason}): {items}")
-    if args.json:
-        atomic_write_text(args.json, json.dumps([s.as_dict() for s in steps], indent=1) + "\n")
+    if not to_stdout(args.json, args.csv):
+        for s in steps:
+            head = f"{s.model}: {s.n_answered}/{s.k} anchors answered"
+            if s.predicted is not None and s.halfwidth is not None:
+                head += f", predicted {100 * s.predicted:.1f} +- {100 * s.halfwidth:.1f} points"
+            if s.done:
+                print(f"{head}: done ({s.reason})")
+            else:
+                items = ", ".join(f"{b}:{i}" if artifact.is_joint else i
+                                  for b, i in zip(s.next_benchmarks, s.next_item_ids, strict=True))
+                print(f"{head}: run next {len(s.next_item_ids)} ({s.reason}): {items}")
+    write_records([s.as_dict() for s in steps], json_to=args.json, csv_to=args.csv)
     if args.samples:
         merged: dict[str, set[int]] = {}
         for s in steps:
@@ -98,18 +113,21 @@ def run(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("next", help="adaptive anchors: what to run next, or whether the interval is narrow "
-                                           "enough", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+                                           "enough", description=DESCRIPTION,
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog="environment variables (the options above override them):\n"
+                                     + settings.describe("predictors"))
     add_predictor_arguments(p, many=False)
     p.add_argument("--answers", type=existing_path, action="append", required=True, metavar="PATH",
                    help="answers so far (lm-eval output folder, long table or item_id,correct CSV); repeatable")
-    p.add_argument("--model", help="model name for a two-column item_id,correct file (default: file name)")
+    p.add_argument("--model", help="model name for a two-column item_id,correct file (default: the file's name); "
+                                   "also plans the first batch of a model with no answers yet")
     p.add_argument("--batch", type=positive_int, default=10, metavar="N",
                    help="anchors to propose per step (default 10)")
     p.add_argument("--target-width", type=non_negative, metavar="W",
                    help="stop when the interval's half-width is at most W points")
-    p.add_argument("--output", help="joint predictor: the benchmark the target is about (default: mean)")
-    p.add_argument("--json", type=Path, metavar="OUT", help="write the plan as JSON")
-    p.add_argument("--samples", type=Path, metavar="OUT",
+    p.add_argument("--output", metavar="B", help="joint predictor: the benchmark the target is about (default: mean)")
+    add_output_arguments(p, "the plan (one row per model)")
+    p.add_argument("--samples", type=Path, metavar="FILE",
                    help="write the proposed anchors as an lm-eval --samples file")
     p.set_defaults(func=run)

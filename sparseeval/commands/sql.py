@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,25 @@ HELP = """\
 .help             this list
 .quit             leave (or Ctrl-D)
 Statements end with ';' and may span lines; Ctrl-C drops the statement being typed."""
+
+
+DESCRIPTION = """\
+Query the store with SQL, read-only: one query, or an interactive prompt.
+
+sparseeval sql "SELECT * FROM method_ranking WHERE rank = 1" prints a table; --csv FILE, --json FILE
+(- for standard output) or --parquet FILE write the result instead. A query may hold several
+statements (SET ...; SELECT ...): the last one's result is shown. '-' as the query, or a pipe on
+standard input, reads the SQL from there. Without a query at a terminal (or with -i) it opens a
+prompt: statements end with ';', .help lists the dot commands.
+
+It reads the snapshot the pipeline republishes after every write, never the database itself, so it
+runs while the pipeline writes and never blocks it; a statement that would write is refused.
+--views lists the analyst views with what they hold and their columns (recipes: docs/analysts.md).
+Any DuckDB 1.4+ client reads the same snapshot file (duckdb -readonly data/sparseeval.snapshot.duckdb).
+
+examples:
+  sparseeval sql --views
+  sparseeval sql "SELECT * FROM predictions_vs_truth" --csv predictions.csv"""
 
 
 class SqlError(RuntimeError):
@@ -204,9 +224,7 @@ def run_query(con: Any, query: str, *, fmt: str = "table", out: Any = None, parq
     if parquet is not None:
         rel = con.sql(last)
         rel.write_parquet(str(parquet))
-        import pyarrow.parquet as pq
-
-        n = pq.ParquetFile(str(parquet)).metadata.num_rows
+        n = int(con.execute("SELECT count(*) FROM read_parquet(?)", [str(parquet)]).fetchone()[0])
         print(f"wrote {n} rows to {parquet}", file=sys.stderr)
         return n
     if fmt == "table":
@@ -344,7 +362,8 @@ class Prompt:
 def run(args: argparse.Namespace) -> int:
     import duckdb
 
-    fmt = "csv" if args.csv else "json" if args.json else "table"
+    fmt = "csv" if args.csv is not None else "json" if args.json is not None else "table"
+    target = args.csv if args.csv is not None else args.json
     query = args.query
     if query == "-" or (query is None and not args.interactive and not args.views and not sys.stdin.isatty()):
         query = sys.stdin.read()
@@ -352,11 +371,19 @@ def run(args: argparse.Namespace) -> int:
         if args.views:
             con, _ = open_snapshot(args.db)
             try:
-                print_views(list_views(con), as_json=args.json)
+                views = list_views(con)
             finally:
                 con.close()
+            if args.json not in (None, "-"):
+                from sparseeval.atomic import atomic_write_text
+
+                atomic_write_text(args.json, json.dumps(views, indent=1) + "\n")
+            else:
+                print_views(views, as_json=args.json == "-")
             return 0
         if query is None:
+            if target not in (None, "-"):
+                raise SqlError(f"--{fmt} FILE writes a query's result; the prompt prints (use .mode {fmt})")
             prompt = Prompt(args.db, fmt=fmt, max_rows=args.max_rows)
             try:
                 return prompt.loop()
@@ -364,7 +391,17 @@ def run(args: argparse.Namespace) -> int:
                 prompt.close()
         con, _ = open_snapshot(args.db)
         try:
-            run_query(con, query, fmt=fmt, parquet=args.parquet, max_rows=args.max_rows)
+            if target in (None, "-"):
+                run_query(con, query, fmt=fmt, parquet=args.parquet, max_rows=args.max_rows)
+            else:
+                from sparseeval.atomic import atomic_write
+
+                def write(path: Path) -> None:
+                    with path.open("w", encoding="utf-8", newline="") as fh:
+                        n = run_query(con, query, fmt=fmt, out=fh)
+                    print(f"wrote {n} rows to {target}", file=sys.stderr)
+
+                atomic_write(Path(target), write)
         finally:
             con.close()
     except SqlError as exc:
@@ -379,22 +416,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from sparseeval import settings
+    from sparseeval.commands.arguments import output_file
+
     p = subparsers.add_parser("sql", help="SQL on the store's read-only snapshot (one-shot or a prompt)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog="environment variables (the options above override them):\n"
+                                     + settings.describe("db", "data_dir"))
     p.add_argument("query", nargs="?", default=None,
                    help="SQL to run ('-': read it from stdin); none: an interactive prompt")
-    p.add_argument("--db", type=writable_db, default=None,
-                   help="the store's DuckDB file (default: $SPARSEEVAL_DB or data/sparseeval.duckdb; "
-                        "its snapshot is read), or a snapshot file itself")
+    p.add_argument("--db", type=writable_db, default=None, metavar="FILE",
+                   help="the store's DuckDB file (its snapshot is read), or a snapshot file itself ("
+                        + settings.overrides("db") + ", else <data dir>/sparseeval.duckdb)")
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--csv", action="store_true", help="write the result as CSV to stdout")
-    out.add_argument("--json", action="store_true", help="write the result as a JSON array of objects")
+    out.add_argument("--csv", type=output_file, metavar="FILE",
+                     help="write the result as CSV to FILE ('-': to standard output)")
+    out.add_argument("--json", type=output_file, metavar="FILE",
+                     help="write the result as a JSON array of objects to FILE ('-': to standard output); with "
+                          "--views, the views")
     out.add_argument("--parquet", type=Path, metavar="FILE", help="write the result to a Parquet file")
     p.add_argument("--views", action="store_true", help="list the analyst views and their columns, then exit")
     p.add_argument("-i", "--interactive", action="store_true",
                    help="the prompt even when stdin is not a terminal")
     p.add_argument("--max-rows", type=positive_int, default=100, metavar="N",
-                   help="rows the table view shows (default 100; --csv/--json/--parquet write all)")
+                   help="rows the table shows (default 100; --csv, --json and --parquet write every row)")
     p.set_defaults(func=run)
 
 

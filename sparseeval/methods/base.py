@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Self
 
 import numpy as np
-import torch
 
 from sparseeval.errors import UsageError
 
@@ -88,11 +87,16 @@ class AnchorEstimator(ABC):
 
     @abstractmethod
     def _predict(self, X: np.ndarray) -> np.ndarray:
-        """Predict from complete (imputed) anchor answers ``X`` of shape (n, k)."""
+        """Predict from complete (imputed) anchor answers ``X`` of shape (n, k).
+
+        NumPy only, never torch: a saved predictor is loaded and run by ``pip install sparseeval``
+        without the ``[fit]`` extra (the forward passes live in :mod:`sparseeval.methods.inference`).
+        Fitting code imports torch inside the functions that need it."""
 
     @abstractmethod
     def _get_params_state(self) -> dict[str, Any]:
-        """Fitted parameters beyond anchors (tensors or plain values) for saving."""
+        """Fitted parameters beyond anchors for saving: NumPy arrays and plain values (numbers, strings,
+        lists, dicts of them), which the predictor folder stores as safetensors and JSON."""
 
     @abstractmethod
     def _set_params_state(self, state: dict[str, Any]) -> None:
@@ -123,15 +127,16 @@ class AnchorEstimator(ABC):
         return np.clip(np.asarray(pred, dtype=np.float64), 0.0, 1.0)
 
     def get_state(self) -> dict[str, Any]:
-        """Everything needed to rebuild the fitted estimator (saved with ``torch.save``)."""
+        """Everything needed to rebuild the fitted estimator (arrays and plain values; see
+        :mod:`sparseeval.artifact` for how a folder stores them)."""
         if self.anchors_ is None:
             raise RuntimeError("cannot save an unfitted estimator")
         return {
             "method": self.method,
             "k": self.k,
             "random_state": self.random_state,
-            "anchors": torch.as_tensor(self.anchors_),
-            "anchor_fill": torch.as_tensor(self.anchor_fill_),
+            "anchors": np.asarray(self.anchors_, dtype=np.int64),
+            "anchor_fill": np.asarray(self.anchor_fill_, dtype=np.float32),
             "params": self._get_params_state(),
         }
 
@@ -139,7 +144,7 @@ class AnchorEstimator(ABC):
     def from_state(cls, state: dict[str, Any]) -> AnchorEstimator:
         """Rebuild a fitted estimator from :meth:`get_state` output (any registered method)."""
         est = make_estimator(state["method"], state["k"], random_state=state["random_state"], device="cpu")
-        est.anchors_ = state["anchors"].numpy().astype(np.int64)
-        est.anchor_fill_ = state["anchor_fill"].numpy().astype(np.float32)
+        est.anchors_ = np.asarray(state["anchors"], dtype=np.int64)
+        est.anchor_fill_ = np.asarray(state["anchor_fill"], dtype=np.float32)
         est._set_params_state(state["params"])
         return est

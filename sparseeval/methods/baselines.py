@@ -12,15 +12,15 @@ They are what SparseEval has to beat on the same splits and the same ``k``. Two 
 from __future__ import annotations
 
 import warnings
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
-import torch
-from sklearn.cluster import KMeans
-from sklearn.exceptions import ConvergenceWarning
 
 from sparseeval.methods.base import AnchorEstimator, column_means, impute, register
-from sparseeval.methods.proxies import ridge_fit
+from sparseeval.methods.inference import as_array
+
+if TYPE_CHECKING:
+    import torch
 
 # -- shared helpers (also used by :mod:`sparseeval.methods.irt`) -------------------------------
 
@@ -87,6 +87,8 @@ def item_embedding(Y: np.ndarray, k: int, random_state: int, *, dim: int = EMBED
     n_models, n_items = Y.shape
     if n_items * n_models * k <= exact_work or n_models <= dim:
         return item_vectors(Y)
+    import torch
+
     if rows is not None:
         V = rows.mul(2.0).sub_(1.0)  # a private copy, rows already contiguous
     else:
@@ -118,6 +120,9 @@ def kmeans_anchors(vectors: np.ndarray, k: int, random_state: int,
     the weights sum to the number of items. Clusters left empty (possible when many items have
     identical vectors) get a seeded random unused item with weight 0, keeping ``k`` unique anchors.
     """
+    from sklearn.cluster import KMeans
+    from sklearn.exceptions import ConvergenceWarning
+
     n_items = vectors.shape[0]
     if k > n_items:
         raise ValueError(f"k={k} exceeds the number of items ({n_items})")
@@ -187,10 +192,14 @@ class RandomLinear(AnchorEstimator):
         Y = np.asarray(Y, dtype=np.float32)
         self._check_k(Y.shape[1])
         self._set_anchors(random_anchors(Y.shape[1], self.k, self.random_state), Y)
+        import torch
+
+        from sparseeval.methods.proxies import ridge_fit
+
         X = impute(Y[:, self.anchors_], self.anchor_fill_)
         fit = ridge_fit(torch.as_tensor(X, dtype=torch.float64), torch.as_tensor(s, dtype=torch.float64),
                         self.alpha)
-        self.coef_ = fit.coef.numpy()
+        self.coef_ = as_array(fit.coef).astype(np.float64)
         self.intercept_ = float(fit.intercept)
         return self
 
@@ -198,10 +207,10 @@ class RandomLinear(AnchorEstimator):
         return X.astype(np.float64) @ self.coef_ + self.intercept_
 
     def _get_params_state(self) -> dict[str, Any]:
-        return {"coef": torch.as_tensor(self.coef_), "intercept": self.intercept_, "alpha": self.alpha}
+        return {"coef": np.asarray(self.coef_), "intercept": self.intercept_, "alpha": self.alpha}
 
     def _set_params_state(self, state: dict[str, Any]) -> None:
-        self.coef_ = state["coef"].numpy().astype(np.float64)
+        self.coef_ = np.asarray(state["coef"], dtype=np.float64)
         self.intercept_ = float(state["intercept"])
         self.alpha = float(state["alpha"])
 
@@ -237,11 +246,11 @@ class AnchorPoints(AnchorEstimator):
         return apply_linear_map(self._pool_estimate(X), self.line_)
 
     def _get_params_state(self) -> dict[str, Any]:
-        return {"weights": torch.as_tensor(self.weights_), "n_items": self.n_items_,
+        return {"weights": np.asarray(self.weights_), "n_items": self.n_items_,
                 "line": _line_state(self.line_), "n_init": self.n_init}
 
     def _set_params_state(self, state: dict[str, Any]) -> None:
-        self.weights_ = state["weights"].numpy().astype(np.float64)
+        self.weights_ = np.asarray(state["weights"], dtype=np.float64)
         self.n_items_ = int(state["n_items"])
         self.line_ = (float(state["line"][0]), float(state["line"][1]))
         self.n_init = int(state["n_init"])

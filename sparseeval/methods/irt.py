@@ -20,15 +20,17 @@ with a line fitted on training models (the pool may be a subset of the benchmark
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
-import torch
-from torch.nn.functional import binary_cross_entropy_with_logits, softplus
 
 from sparseeval.device import resolve_device
 from sparseeval.methods.base import AnchorEstimator, impute, register
 from sparseeval.methods.baselines import apply_linear_map, fit_linear_map, kmeans_anchors
+from sparseeval.methods.inference import estimate_theta
+
+if TYPE_CHECKING:
+    import torch
 
 #: grid of mixing weights tried for gp-irt
 LAMBDA_GRID = np.linspace(0.0, 1.0, 21)
@@ -55,6 +57,9 @@ def fit_irt(Y: np.ndarray, dim: int = 10, *, random_state: int = 0, device: str 
     """
     if dim < 1:
         raise ValueError(f"dim must be at least 1, got {dim}")
+    import torch
+    from torch.nn.functional import binary_cross_entropy_with_logits
+
     dev = resolve_device(device)
     Y = np.asarray(Y, dtype=np.float32)
     observed = ~np.isnan(Y)
@@ -95,51 +100,6 @@ def fit_irt(Y: np.ndarray, dim: int = 10, *, random_state: int = 0, device: str 
     return IRTParams(alpha=al, beta=be, theta=th)
 
 
-def _objective(theta: torch.Tensor, X: torch.Tensor, A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    z = theta @ A.T - b
-    return (softplus(z) - X * z).sum(1) + 0.5 * theta.square().sum(1)
-
-
-def estimate_theta(X: np.ndarray, alpha: np.ndarray, beta: np.ndarray, *,
-                   device: str | torch.device = "cpu", n_iter: int = 30) -> np.ndarray:
-    """MAP ability of each row of ``X`` (answers to the items ``alpha``/``beta`` describe).
-
-    All models at once: the posterior is a ridge-penalised logistic regression per model, so a
-    batched Newton step (one ``dim x dim`` solve per model) converges in a handful of iterations;
-    a per-model step-halving keeps every step a descent step. The prior ``N(0, I)`` keeps a model
-    that answered every anchor right (or wrong) at a finite ability.
-    """
-    dev = resolve_device(device)
-    Xt = torch.as_tensor(np.asarray(X), dtype=torch.float64, device=dev)
-    A = torch.as_tensor(np.asarray(alpha), dtype=torch.float64, device=dev)
-    b = torch.as_tensor(np.asarray(beta), dtype=torch.float64, device=dev)
-    n, dim = Xt.shape[0], A.shape[1]
-    theta = torch.zeros(n, dim, dtype=torch.float64, device=dev)
-    eye = torch.eye(dim, dtype=torch.float64, device=dev)
-    f = _objective(theta, Xt, A, b)
-    for _ in range(n_iter):
-        p = torch.sigmoid(theta @ A.T - b)
-        grad = (p - Xt) @ A + theta
-        hess = torch.einsum("nk,kd,ke->nde", p * (1 - p), A, A) + eye
-        step = torch.linalg.solve(hess, grad.unsqueeze(-1)).squeeze(-1)
-        scale = torch.ones(n, 1, dtype=torch.float64, device=dev)
-        for _ in range(8):  # backtracking, per model
-            cand = theta - scale * step
-            f_new = _objective(cand, Xt, A, b)
-            worse = f_new > f + 1e-12
-            if not bool(worse.any()):
-                break
-            scale = torch.where(worse.unsqueeze(1), scale * 0.5, scale)
-        cand = theta - scale * step
-        f_new = _objective(cand, Xt, A, b)
-        better = (f_new <= f).unsqueeze(1)
-        theta = torch.where(better, cand, theta)
-        f = torch.minimum(f_new, f)
-        if float(grad.abs().max()) < 1e-8:
-            break
-    return theta.cpu().numpy()
-
-
 class _IRTFamily(AnchorEstimator):
     """Shared fit of the three tinyBenchmarks estimators; ``output`` picks which one predicts."""
 
@@ -157,8 +117,7 @@ class _IRTFamily(AnchorEstimator):
         return X.astype(np.float64) @ self.weights_ / self.n_items_
 
     def _pirt_estimate(self, X: np.ndarray) -> np.ndarray:
-        theta = estimate_theta(X, self.alpha_[self.anchors_], self.beta_[self.anchors_],
-                               device=self.device)
+        theta = estimate_theta(X, self.alpha_[self.anchors_], self.beta_[self.anchors_])
         rest = np.setdiff1d(np.arange(self.n_items_), self.anchors_)
         expected = 1.0 / (1.0 + np.exp(-(theta @ self.alpha_[rest].T - self.beta_[rest])))
         return (X.astype(np.float64).sum(1) + expected.sum(1)) / self.n_items_
@@ -219,16 +178,16 @@ class _IRTFamily(AnchorEstimator):
 
     def _get_params_state(self) -> dict[str, Any]:
         return {
-            "alpha": torch.as_tensor(self.alpha_), "beta": torch.as_tensor(self.beta_),
-            "weights": torch.as_tensor(self.weights_), "n_items": self.n_items_,
+            "alpha": np.asarray(self.alpha_), "beta": np.asarray(self.beta_),
+            "weights": np.asarray(self.weights_), "n_items": self.n_items_,
             "lines": {name: [float(v) for v in line] for name, line in self.lines_.items()},
             "lambda": self.lam_, "dim": self.dim, "max_iter": self.max_iter, "n_init": self.n_init,
         }
 
     def _set_params_state(self, state: dict[str, Any]) -> None:
-        self.alpha_ = state["alpha"].numpy().astype(np.float64)
-        self.beta_ = state["beta"].numpy().astype(np.float64)
-        self.weights_ = state["weights"].numpy().astype(np.float64)
+        self.alpha_ = np.asarray(state["alpha"], dtype=np.float64)
+        self.beta_ = np.asarray(state["beta"], dtype=np.float64)
+        self.weights_ = np.asarray(state["weights"], dtype=np.float64)
         self.n_items_ = int(state["n_items"])
         self.lines_ = {name: (float(line[0]), float(line[1])) for name, line in state["lines"].items()}
         self.lam_ = float(state["lambda"])

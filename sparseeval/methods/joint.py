@@ -32,19 +32,20 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
-import torch
 
 from sparseeval.benchmarks import JOINT_NAME
 from sparseeval.device import resolve_device, thread_limit
 from sparseeval.errors import UsageError
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods.base import AnchorEstimator, column_means, impute, register
-from sparseeval.methods.proxies import BatchedMLP, logit, ridge_fit, train_mlp
-from sparseeval.methods.selection import kmeans_start, linear_importance, refine
+from sparseeval.methods.inference import as_array, logit, mlp_logits, mlp_weights, sigmoid
 from sparseeval.methods.sparseeval_method import RIDGE_ALPHAS, _internal_val
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,8 @@ def ridge_gcv_multi(gram: torch.Tensor, xty: torch.Tensor, yty: torch.Tensor, n:
     k = sets.shape[-1]
     G = gram[sets.unsqueeze(-1), sets.unsqueeze(-2)]  # (S, K, K)
     b = xty[sets]  # (S, K, B)
+    import torch
+
     eye = torch.eye(k, dtype=gram.dtype, device=gram.device)
     chol = torch.linalg.cholesky(G + alpha * eye)
     w = torch.cholesky_solve(b, chol)  # (S, K, B)
@@ -148,6 +151,8 @@ def refine_joint(Y: np.ndarray, S: np.ndarray, anchors: np.ndarray, weights: np.
 
     Returns the anchors, the final weighted GCV criterion and one record per accepted swap.
     """
+    import torch
+
     device = device or torch.device("cpu")
     dtype = torch.float64 if device.type == "cpu" else torch.float32
     Yt = torch.as_tensor(Y, dtype=dtype, device=device)
@@ -223,6 +228,8 @@ def forward_order(Y: np.ndarray, S: np.ndarray, weights: np.ndarray | None = Non
     """Greedy forward order of the columns of ``Y``: each next column is the one that most lowers the
     (weighted multi-output) ridge GCV error of the prefix. Used for adaptive anchors: the first
     ``p`` of the order are the ``p`` anchors worth asking first."""
+    import torch
+
     device = device or torch.device("cpu")
     dtype = torch.float64 if device.type == "cpu" else torch.float32
     S = np.asarray(S, dtype=np.float64)
@@ -280,7 +287,7 @@ class JointSparseEval(AnchorEstimator):
         self.threads = threads  #: CPU threads of this fit (None: $SPARSEEVAL_THREADS, else every available CPU)
         self.selection_: dict[str, Any] = {}
         self.timings_: dict[str, float] = {}
-        self.model_: BatchedMLP | None = None
+        self.mlp_: dict[str, np.ndarray] | None = None  #: the MLP ensemble's weights (None: ridge only)
 
     # -- fitted attributes ----------------------------------------------------------------------
     @property
@@ -307,6 +314,8 @@ class JointSparseEval(AnchorEstimator):
     def _fit(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray | None, s_val: np.ndarray | None) -> Self:
         if self.groups is None:
             raise ValueError("sparseeval-joint needs groups (the benchmark of every column) to fit")
+        from sparseeval.methods.selection import kmeans_start, linear_importance, refine
+
         dev = resolve_device(self.device)
         Y = np.asarray(Y, dtype=np.float32)
         S = np.asarray(s, dtype=np.float32)
@@ -371,6 +380,10 @@ class JointSparseEval(AnchorEstimator):
 
     def _fit_final(self, X: np.ndarray, S: np.ndarray, X_val: np.ndarray, S_val: np.ndarray,
                    dev: torch.device) -> None:
+        import torch
+
+        from sparseeval.methods.proxies import ridge_fit, train_mlp
+
         n_out = S.shape[1]
         coefs, intercepts, alphas = [], [], []
         Xd, Xvd = torch.as_tensor(X, dtype=torch.float64), torch.as_tensor(X_val, dtype=torch.float64)
@@ -382,13 +395,13 @@ class JointSparseEval(AnchorEstimator):
                 fit = ridge_fit(torch.cat([Xd, Xvd]), torch.cat([sb, svb]), a)
             else:
                 fit = ridge_fit(Xd, sb, a)
-            coefs.append(fit.coef.float())
-            intercepts.append(fit.intercept.float())
+            coefs.append(as_array(fit.coef).astype(np.float32))
+            intercepts.append(as_array(fit.intercept).astype(np.float32))
             alphas.append(a)
-        self.coef_ = torch.stack(coefs, dim=1)  # (K, B)
-        self.intercept_ = torch.stack(intercepts)  # (B,)
+        self.coef_ = np.stack(coefs, axis=1)  # (K, B)
+        self.intercept_ = np.stack(intercepts)  # (B,)
         self.ridge_alphas_ = alphas
-        self.model_ = None
+        self.mlp_ = None
         if self.final == "ridge":
             return
         m = self.members
@@ -396,29 +409,28 @@ class JointSparseEval(AnchorEstimator):
         # member j predicts benchmark j // members: targets and offsets laid out per member
         y = torch.as_tensor(S.T).float().repeat_interleave(m, dim=0)
         yv = torch.as_tensor(S_val.T).float().repeat_interleave(m, dim=0)
-        off = self._base_logit(Xt).T.repeat_interleave(m, dim=0)
-        off_v = self._base_logit(Xv).T.repeat_interleave(m, dim=0)
+        off = torch.as_tensor(self._base_logit(np.asarray(X, dtype=np.float32))).T.repeat_interleave(m, dim=0)
+        off_v = torch.as_tensor(self._base_logit(np.asarray(X_val, dtype=np.float32))).T.repeat_interleave(m, dim=0)
         res = train_mlp(Xt.to(dev), y.to(dev), Xv.to(dev), yv.to(dev), members=m * n_out, lr=self.lr,
                         max_epochs=self.max_epochs, patience=10, seed=self.random_state, offset=off.to(dev),
                         offset_val=off_v.to(dev))
-        self.model_ = res.model.cpu()
+        self.members_ = res.model.members
+        self.mlp_ = mlp_weights(res.model)
         self.final_epochs_ = res.epochs
 
-    def _base_logit(self, X: torch.Tensor) -> torch.Tensor:
+    def _base_logit(self, X: np.ndarray) -> np.ndarray:
         """Ridge predictions as logits, (n, B)."""
-        return logit(X.float() @ self.coef_ + self.intercept_)
+        return logit(X @ self.coef_ + self.intercept_)
 
     # -- prediction -----------------------------------------------------------------------------
     def _predict(self, X: np.ndarray) -> np.ndarray:
-        Xt = torch.as_tensor(X).float()
-        with torch.no_grad():
-            base = self._base_logit(Xt)  # (n, B)
-            if self.model_ is None:
-                return torch.sigmoid(base).numpy()
-            m = self.model_.members // self.n_outputs
-            corr = self.model_.logits(2 * Xt - 1)  # (B * m, n)
-            probs = torch.sigmoid(corr + base.T.repeat_interleave(m, dim=0))
-            return probs.view(self.n_outputs, m, -1).mean(1).T.numpy()
+        base = self._base_logit(np.asarray(X, dtype=np.float32))  # (n, B)
+        if self.mlp_ is None:
+            return sigmoid(base)
+        m = self.members_ // self.n_outputs
+        corr = mlp_logits(self.mlp_, 2 * X - 1)  # (B * m, n)
+        probs = sigmoid(corr + np.repeat(base.T, m, axis=0))
+        return probs.reshape(self.n_outputs, m, -1).mean(1).T
 
     def predict_mean(self, X: np.ndarray) -> np.ndarray:
         """(n, B + 1): every benchmark's predicted score and, last, their mean.
@@ -446,28 +458,28 @@ class JointSparseEval(AnchorEstimator):
     # -- state ----------------------------------------------------------------------------------
     def _get_params_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"benchmarks": list(self.benchmarks_),
-                                 "anchor_groups": torch.as_tensor(self.anchor_groups_),
+                                 "anchor_groups": np.asarray(self.anchor_groups_, dtype=np.int64),
                                  "coef": self.coef_, "intercept": self.intercept_,
-                                 "ridge_alphas": list(self.ridge_alphas_), "weights": torch.as_tensor(self.weights_),
-                                 "final": self.final}
-        if self.model_ is not None:
-            state["members"] = self.model_.members
-            state["state_dict"] = self.model_.state_dict()
+                                 "ridge_alphas": list(self.ridge_alphas_),
+                                 "weights": np.asarray(self.weights_, dtype=np.float32), "final": self.final}
+        if self.mlp_ is not None:
+            state["members"] = self.members_
+            state["state_dict"] = self.mlp_
         return state
 
     def _set_params_state(self, state: dict[str, Any]) -> None:
         self.__dict__.pop("_predict_cache", None)
         self.benchmarks_ = list(state["benchmarks"])
-        self.anchor_groups_ = state["anchor_groups"].numpy().astype(np.int64)
-        self.coef_, self.intercept_ = state["coef"], state["intercept"]
-        self.ridge_alphas_ = list(state["ridge_alphas"])
-        self.weights_ = state["weights"].numpy()
+        self.anchor_groups_ = np.asarray(state["anchor_groups"], dtype=np.int64)
+        self.coef_ = np.asarray(state["coef"], dtype=np.float32)
+        self.intercept_ = np.asarray(state["intercept"], dtype=np.float32)
+        self.ridge_alphas_ = [float(a) for a in state["ridge_alphas"]]
+        self.weights_ = np.asarray(state["weights"], dtype=np.float32)
         self.final = state["final"]
-        self.model_ = None
+        self.mlp_ = None
         if "state_dict" in state:
-            self.model_ = BatchedMLP(state["members"], self.k)
-            self.model_.load_state_dict(state["state_dict"])
-            self.model_.eval()
+            self.members_ = int(state["members"])
+            self.mlp_ = {name: np.asarray(w, dtype=np.float32) for name, w in state["state_dict"].items()}
 
 
 class JointOutput(AnchorEstimator):

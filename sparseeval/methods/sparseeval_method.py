@@ -5,37 +5,28 @@ Importance Scores; swaps are judged by the ridge leave-one-out error on training
 predictor is a ridge (alpha chosen on validation models) or an ensemble of MLPs early-stopped on
 validation models. Nothing here ever sees a test model: the protocol passes training rows to
 ``fit`` and validation rows as ``Y_val``.
+
+Fitting runs in torch (imported inside the fitting functions); the fitted predictor is kept as NumPy
+arrays and predicts through :mod:`sparseeval.methods.inference`, so a saved one runs without torch.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
-import torch
 
 from sparseeval.device import resolve_device, thread_limit
 from sparseeval.methods.base import AnchorEstimator, impute, register
 from sparseeval.methods.baselines import random_anchors
-from sparseeval.methods.proxies import (
-    BatchedMLP,
-    input_gradient_importance,
-    logit,
-    ridge_fit,
-    train_mlp,
-)
-from sparseeval.methods.selection import (
-    ImportanceFn,
-    RefineResult,
-    center,
-    fast_column_means,
-    items_by_row,
-    kmeans_start,
-    linear_importance,
-    refine,
-)
+from sparseeval.methods.inference import as_array, logit, mlp_logits, mlp_weights, sigmoid
+
+if TYPE_CHECKING:
+    import torch
+
+    from sparseeval.methods.selection import ImportanceFn, RefineResult
 
 log = logging.getLogger(__name__)
 
@@ -44,19 +35,27 @@ RIDGE_ALPHAS = (0.1, 1.0, 3.0, 10.0, 30.0, 100.0)
 
 def ridge_val_mse(X: np.ndarray, s: np.ndarray, X_val: np.ndarray, s_val: np.ndarray, alpha: float) -> float:
     """Validation MSE of a ridge fitted on (``X``, ``s``), predictions clipped to [0, 1]."""
+    import torch
+
+    from sparseeval.methods.proxies import ridge_fit
+
     fit = ridge_fit(torch.as_tensor(X, dtype=torch.float64), torch.as_tensor(s, dtype=torch.float64), alpha)
     pred = fit.predict(torch.as_tensor(X_val, dtype=torch.float64)).clamp(0, 1)
     return float(((pred - torch.as_tensor(s_val, dtype=torch.float64)) ** 2).mean())
 
 
 def ridge_on_validation(X: np.ndarray, s: np.ndarray, X_val: np.ndarray, s_val: np.ndarray, *,
-                        refit_on_val: bool) -> tuple[torch.Tensor, torch.Tensor, float]:
+                        refit_on_val: bool) -> tuple[np.ndarray, np.ndarray, float]:
     """Ridge of ``s`` on anchor answers with alpha chosen on validation models.
 
     ``refit_on_val``: after choosing alpha, refit on training and validation models together
     (more data for the final weights); off when validation models must stay unseen, e.g. because
-    they early-stop a model stacked on this fit.
+    they early-stop a model stacked on this fit. Returns float32 ``coef`` (K,), ``intercept`` () and alpha.
     """
+    import torch
+
+    from sparseeval.methods.proxies import ridge_fit
+
     errors = [ridge_val_mse(X, s, X_val, s_val, a) for a in RIDGE_ALPHAS]
     alpha = RIDGE_ALPHAS[int(np.argmin(errors))]
     Xt, st = torch.as_tensor(X, dtype=torch.float64), torch.as_tensor(s, dtype=torch.float64)
@@ -64,7 +63,7 @@ def ridge_on_validation(X: np.ndarray, s: np.ndarray, X_val: np.ndarray, s_val: 
         Xt = torch.cat([Xt, torch.as_tensor(X_val, dtype=torch.float64)])
         st = torch.cat([st, torch.as_tensor(s_val, dtype=torch.float64)])
     fit = ridge_fit(Xt, st, alpha)
-    return fit.coef.float().cpu(), fit.intercept.float().cpu(), alpha
+    return as_array(fit.coef).astype(np.float32), as_array(fit.intercept).astype(np.float32), alpha
 
 
 def _internal_val(n: int, seed: int, frac: float = 0.15) -> tuple[np.ndarray, np.ndarray]:
@@ -103,6 +102,8 @@ class _SparseEvalBase(AnchorEstimator):
     # -- proxy-specific hooks -----------------------------------------------------------------
     def _importance(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray, s_val: np.ndarray,
                     dev: torch.device) -> ImportanceFn:
+        from sparseeval.methods.selection import linear_importance
+
         return linear_importance(Y, s, self.alpha, dev, rows=self._rows)
 
     def _fit_final(self, X: np.ndarray, s: np.ndarray, X_val: np.ndarray, s_val: np.ndarray,
@@ -125,6 +126,8 @@ class _SparseEvalBase(AnchorEstimator):
 
     def _fit(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray | None,
              s_val: np.ndarray | None) -> Self:
+        from sparseeval.methods.selection import center, fast_column_means, items_by_row, kmeans_start, refine
+
         dev = resolve_device(self.device)
         Y = np.asarray(Y, dtype=np.float32)
         s = np.asarray(s, dtype=np.float32)
@@ -188,15 +191,15 @@ class SparseEvalLinear(_SparseEvalBase):
         self.coef_, self.intercept_, self.ridge_alpha_ = ridge_on_validation(X, s, X_val, s_val, refit_on_val=True)
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
-        return (torch.as_tensor(X) @ self.coef_ + self.intercept_).numpy()
+        return X @ self.coef_ + self.intercept_
 
     def _get_params_state(self) -> dict[str, Any]:
         return {"coef": self.coef_, "intercept": self.intercept_, "ridge_alpha": self.ridge_alpha_}
 
     def _set_params_state(self, state: dict[str, Any]) -> None:
-        self.coef_ = state["coef"]
-        self.intercept_ = state["intercept"]
-        self.ridge_alpha_ = state["ridge_alpha"]
+        self.coef_ = np.asarray(state["coef"], dtype=np.float32)
+        self.intercept_ = np.asarray(state["intercept"], dtype=np.float32)
+        self.ridge_alpha_ = float(state["ridge_alpha"])
 
 
 @register("sparseeval-mlp")
@@ -218,6 +221,10 @@ class SparseEvalMLP(_SparseEvalBase):
                     dev: torch.device) -> ImportanceFn:
         if self.ais == "linear":
             return super()._importance(Y, s, Y_val, s_val, dev)
+        import torch
+
+        from sparseeval.methods.proxies import BatchedMLP, input_gradient_importance, train_mlp
+
         Yt = torch.as_tensor(Y, dtype=torch.float32, device=dev)
         Yv = torch.as_tensor(Y_val, dtype=torch.float32, device=dev)
         st = torch.as_tensor(s, dtype=torch.float32, device=dev)
@@ -247,31 +254,35 @@ class SparseEvalMLP(_SparseEvalBase):
                    dev: torch.device) -> None:
         # the MLP corrects a ridge fit (alpha on validation) in logit space: it starts exactly at the
         # ridge's predictions, so early stopping on validation keeps only what the nonlinearity adds
+        import torch
+
+        from sparseeval.methods.proxies import train_mlp
+
         self.coef_, self.intercept_, self.ridge_alpha_ = ridge_on_validation(X, s, X_val, s_val,
                                                                              refit_on_val=False)
         Xt, Xv = torch.as_tensor(X), torch.as_tensor(X_val)
+        offset, offset_val = (torch.as_tensor(self._base_logit(np.asarray(x, dtype=np.float32))) for x in (X, X_val))
         res = train_mlp(Xt.to(dev), torch.as_tensor(s, device=dev), Xv.to(dev), torch.as_tensor(s_val, device=dev),
                         members=self.members, lr=self.lr, max_epochs=self.max_epochs, patience=10,
-                        seed=self.random_state, offset=self._base_logit(Xt).to(dev),
-                        offset_val=self._base_logit(Xv).to(dev))
-        self.model_ = res.model.cpu()
+                        seed=self.random_state, offset=offset.to(dev), offset_val=offset_val.to(dev))
+        self.members_ = res.model.members
+        self.mlp_ = mlp_weights(res.model)
         self.final_epochs_ = res.epochs
-        self.val_mse_ = res.best_val_mse.cpu()
+        self.val_mse_ = as_array(res.best_val_mse)
 
-    def _base_logit(self, X: torch.Tensor) -> torch.Tensor:
-        return logit(X.float() @ self.coef_ + self.intercept_)
+    def _base_logit(self, X: np.ndarray) -> np.ndarray:
+        return logit(X @ self.coef_ + self.intercept_)
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
-        Xt = torch.as_tensor(X)
-        with torch.no_grad():
-            return torch.sigmoid(self.model_.logits(2 * Xt - 1) + self._base_logit(Xt)).mean(0).numpy()
+        return sigmoid(mlp_logits(self.mlp_, 2 * X - 1) + self._base_logit(X)).mean(0)
 
     def _get_params_state(self) -> dict[str, Any]:
-        return {"members": self.model_.members, "state_dict": self.model_.state_dict(), "coef": self.coef_,
+        return {"members": self.members_, "state_dict": self.mlp_, "coef": self.coef_,
                 "intercept": self.intercept_, "ridge_alpha": self.ridge_alpha_}
 
     def _set_params_state(self, state: dict[str, Any]) -> None:
-        self.model_ = BatchedMLP(state["members"], self.k)
-        self.model_.load_state_dict(state["state_dict"])
-        self.model_.eval()
-        self.coef_, self.intercept_, self.ridge_alpha_ = state["coef"], state["intercept"], state["ridge_alpha"]
+        self.members_ = int(state["members"])
+        self.mlp_ = {name: np.asarray(w, dtype=np.float32) for name, w in state["state_dict"].items()}
+        self.coef_ = np.asarray(state["coef"], dtype=np.float32)
+        self.intercept_ = np.asarray(state["intercept"], dtype=np.float32)
+        self.ridge_alpha_ = float(state["ridge_alpha"])

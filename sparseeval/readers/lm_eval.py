@@ -36,6 +36,7 @@ from typing import Any
 import polars as pl
 
 from sparseeval.benchmarks import MMLU_SUBJECTS, V2_GROUPS, canonical_benchmark
+from sparseeval.readers.anchor_runs import anchor_specs, native_data, native_record
 from sparseeval.readers.base import (
     MODELS_SCHEMA,
     RESPONSES_SCHEMA,
@@ -773,7 +774,42 @@ def collect(path: Path) -> tuple[list[Run], list[PartNote], list[Path]]:
                       else "lm-eval-0.4.3+")
             run.samples[task] = SamplesPart(task=task, path=p)
             runs.append(run)
+    for run in runs:
+        notes += _as_harness_tasks(run)
     return runs, notes, files
+
+
+def _as_harness_tasks(run: Run) -> list[PartNote]:
+    """Rewrite a run of exported anchor tasks (``sparseeval export --format lm-eval-task``) into the harness
+    tasks they stand for (:mod:`sparseeval.readers.anchor_runs`); notes for samples that cannot be read."""
+    specs = anchor_specs(run.data)
+    if not specs:
+        return []
+    notes: list[PartNote] = []
+    merged: dict[str, tuple[Path, dict[Any, Any]]] = {}
+    for task, spec in specs.items():
+        part = run.samples.pop(task, None)
+        if part is None:
+            continue
+        try:
+            records = [native_record(r, spec["metric"]) for _, r in iter_records(part)]
+        except InputError as exc:
+            notes.append(PartNote(part.label, "refused", _reason(exc)))
+            continue
+        path, by_doc = merged.setdefault(spec["base_task"], (part.path, {}))
+        for r in records:  # a harness task in two exported entries (a joint and a single predictor): once
+            key = (r.get("doc_id"), r.get("filter")) if isinstance(r, dict) else id(r)
+            seen = by_doc.setdefault(key, r)
+            if isinstance(r, dict) and seen is not r and seen.get(spec["metric"]) != r.get(spec["metric"]):
+                notes.append(PartNote(part.label, "refused", f"document {key[0]} of {spec['base_task']} was answered "
+                                                             f"twice in this run, differently ({task} and another "
+                                                             "exported task): run the two exports separately"))
+                by_doc[key] = None
+    run.data = native_data(run.data, specs)
+    for base, (path, by_doc) in merged.items():
+        if None not in by_doc.values():
+            run.samples[base] = SamplesPart(task=base, path=path, records=list(by_doc.values()))
+    return notes
 
 
 # -------------------------------------------------------------------------------------------- reading
@@ -927,9 +963,7 @@ def _score(run: Run, bench: str, members: list[_TaskRows], where: str | None
                                                    f"({len(present & set(MMLU_SUBJECTS))} present): not stored")
         value: float | None = sum(values[s] for s in MMLU_SUBJECTS) / len(MMLU_SUBJECTS)  # type: ignore[misc]
         key = benchmark_task(run, plan)
-        n_shot = run.n_shot(key) if key in run.results else None
-        if n_shot is None:  # the mmlu group has no n-shot entry of its own (0.4.3+): its subjects' count
-            n_shot = run.n_shot(subjects[MMLU_SUBJECTS[0]].plan.task)
+        n_shot = _members_n_shot(run, key, [m.plan.task for m in subjects.values()])
     elif any(m.plan.prefix is not None for m in members):  # a benchmark of subtasks: its group's aggregate
         key = plan.group or harness_group(bench) or bench
         value = _aggregate(run.results.get(key, {}), metric, filt)
@@ -937,7 +971,7 @@ def _score(run: Run, bench: str, members: list[_TaskRows], where: str | None
             value = _weighted_mean(run, bench, members, metric, filt)
         if value is None:
             return None, None
-        n_shot = run.n_shot(key) if run.n_shot(key) is not None else run.n_shot(tasks[0])
+        n_shot = _members_n_shot(run, key, tasks)
     else:
         key = plan.task
         if key not in run.results:
@@ -947,6 +981,9 @@ def _score(run: Run, bench: str, members: list[_TaskRows], where: str | None
             return None, PartNote(part, "refused", f"no aggregate {metric},{filt} for task {key}")
         n_shot = run.n_shot(key)
     if limits:
+        if _anchor_subset(members):  # lm_eval --samples: chosen documents, not the first N
+            return None, PartNote(part, "skipped", f"anchor run (lm-eval --samples, {limits[0]:g} chosen documents): "
+                                                   "its aggregate is not a benchmark score (responses kept)")
         return None, PartNote(part, "skipped", f"run used --limit {limits[0]:g}: its aggregate is not a "
                                                "benchmark score (responses kept)")
     if contradictions:
@@ -956,6 +993,29 @@ def _score(run: Run, bench: str, members: list[_TaskRows], where: str | None
                                                "in [0, 1]")
     return {"score": value, "task": key, "n_shot": n_shot, "metric": metric, "filter": filt,
             "limit": None}, None
+
+
+def _members_n_shot(run: Run, group: str, tasks: Sequence[str]) -> int | None:
+    """A group's few-shot count: its subtasks' when they agree. A group runs no documents of its own, and
+    the harness's entry for it is no count (0.4.2-0.4.3 wrote 0 for MMLU's group whose 57 subjects ran
+    5-shot, from a subgroup not yet filled in; 0.4.5+ writes none). Subtasks that disagree: unknown."""
+    counts = {n for t in tasks if (n := run.n_shot(t)) is not None}
+    if len(counts) == 1:
+        return counts.pop()
+    return None if counts else run.n_shot(group)
+
+
+def _anchor_subset(members: list[_TaskRows]) -> bool:
+    """Whether a partial run's documents were chosen (``--samples``), not the first N (``--limit``): a
+    --limit run answers doc ids 0..N-1 of every task, an anchor run scattered ones."""
+    for m in members:
+        if m.frame is None or m.frame.height == 0:
+            continue
+        docs = sorted(int(i.rsplit(".", 1)[-1]) for i in m.frame.get_column("item_id").to_list()
+                      if i.rsplit(".", 1)[-1].isdigit())
+        if docs != list(range(len(docs))):
+            return True
+    return False
 
 
 def _weighted_mean(run: Run, bench: str, members: list[_TaskRows], metric: str, filt: str | None

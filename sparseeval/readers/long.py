@@ -34,6 +34,7 @@ import duckdb
 import polars as pl
 
 from sparseeval import settings
+from sparseeval.interchange import to_polars
 from sparseeval.readers.base import (
     MODELS_SCHEMA,
     RESPONSES_SCHEMA,
@@ -263,7 +264,7 @@ def _duck(con: duckdb.DuckDBPyConnection, path: Path, readable: Path, sql: str, 
     """Run a DuckDB read of ``readable`` (``path`` made glob-safe) and turn its errors into
     :class:`InputError` naming ``path``, with the line if known."""
     try:
-        return con.sql(sql, params={"p": str(readable), **params}).pl()
+        return to_polars(con.sql(sql, params={"p": str(readable), **params}))
     except duckdb.Error as exc:
         text = str(exc)
         match = _LINE_RE.search(text)

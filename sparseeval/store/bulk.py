@@ -21,6 +21,7 @@ import polars as pl
 
 from sparseeval import settings
 from sparseeval.benchmarks import BenchmarkNameError
+from sparseeval.interchange import ArrowView
 from sparseeval.readers.base import RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError, ParsedResults
 from sparseeval.readers.detect import detect_format
 from sparseeval.readers.long import long_format, read_long_file
@@ -42,9 +43,9 @@ _NUMERIC_TYPES = ("BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYI
 
 def _stage_frames(parsed: ParsedResults) -> Callable[[duckdb.DuckDBPyConnection], None]:
     def stage(con: duckdb.DuckDBPyConnection) -> None:
-        con.register("_new_responses", parsed.responses)
-        con.register("_new_scores", parsed.scores)
-        con.register("_new_models", parsed.models)
+        con.register("_new_responses", ArrowView(parsed.responses))
+        con.register("_new_scores", ArrowView(parsed.scores))
+        con.register("_new_models", ArrowView(parsed.models))
     return stage
 
 
@@ -75,7 +76,7 @@ def _has_duplicates(con: duckdb.DuckDBPyConnection, raw: str, items: list[str], 
         found = _run(con, f"SELECT count(*) - count(DISTINCT hash(model, benchmark, item_id)) FROM ({raw})")
         return bool(found[0][0])
     codes = pl.DataFrame({"item_id": items, "code": np.arange(len(items), dtype=np.int64)})
-    con.register("_item_codes", codes)
+    con.register("_item_codes", ArrowView(codes))
     try:
         found = _run(con, f"SELECT 1 FROM (SELECT count(*) AS n, "
                           f"bit_count(bitstring_agg(code, 0, {len(items) - 1})) AS d FROM ({raw}) "
@@ -97,8 +98,8 @@ class _BulkLong:
 
     def stage(self, con: duckdb.DuckDBPyConnection) -> None:
         _run(con, f"CREATE OR REPLACE TEMP VIEW _new_responses AS {self.responses_sql}")
-        con.register("_new_scores", self.scores)
-        con.register("_new_models", self.models)
+        con.register("_new_scores", ArrowView(self.scores))
+        con.register("_new_models", ArrowView(self.models))
 
 
 def bulk_long(path: Path) -> _BulkLong | None:

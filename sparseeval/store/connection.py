@@ -58,6 +58,7 @@ import polars as pl
 import sparseeval
 from sparseeval import settings
 from sparseeval.errors import UserError
+from sparseeval.interchange import to_polars
 
 log = logging.getLogger(__name__)
 
@@ -785,6 +786,6 @@ class Connections:
         """Run a read-only query on the latest published state."""
         con = self.open_readonly()
         try:
-            return con.sql(sql, params=params).pl()
+            return to_polars(con.sql(sql, params=params))
         finally:
             con.close()

@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 
+from sparseeval.interchange import to_polars
 from sparseeval.readers.base import RESPONSES_SCHEMA, SCORES_SCHEMA
 from sparseeval.store.connection import Connections
 
@@ -36,8 +37,8 @@ class Reading(Connections):
                     self._scan(scores_sql, params, SCORES_SCHEMA))
         con = self.open_readonly()
         try:
-            responses = con.sql(responses_sql, params=params).pl()
-            scores = con.sql(scores_sql, params=params).pl()
+            responses = to_polars(con.sql(responses_sql, params=params))
+            scores = to_polars(con.sql(scores_sql, params=params))
         finally:
             con.close()
         return responses, scores

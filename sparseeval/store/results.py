@@ -188,6 +188,36 @@ class ResultWriters(Connections):
                                 f"VALUES ({', '.join('?' * (len(cols) + 1))})", values)
         return len(values)
 
+    def predictor_anchor_set(self, artifact: Any) -> int:
+        """The anchor set a loaded predictor (:class:`~sparseeval.artifact.PredictorArtifact`) scores with:
+        one of this store's (its folder, or a folder with the same content hash), else the row that
+        records it as an outside predictor (``origin`` 'external', retired at once: the store never
+        serves or publishes it), created on first use. Predictions are keyed by it."""
+        from pathlib import Path
+
+        params = {"predictor_hash": artifact.content_hash, "source": artifact.source or str(artifact.folder)}
+        here = Path(artifact.folder).resolve() if artifact.folder is not None else None
+        rows = self.query("SELECT anchor_set_id, artifact_uri FROM anchor_sets WHERE benchmark = $b "
+                          "AND artifact_uri IS NOT NULL ORDER BY anchor_set_id DESC", {"b": artifact.benchmark})
+        for set_id, uri in rows.iter_rows():
+            folder = Path(uri)
+            meta = folder / "predictor.json"
+            if folder.resolve() == here or (meta.is_file() and
+                                            json.loads(meta.read_text()).get("content_hash") == artifact.content_hash):
+                return int(set_id)
+        found = self.query("SELECT anchor_set_id FROM anchor_sets WHERE origin = 'external' AND benchmark = $b "
+                           "AND json_extract_string(params, '$.predictor_hash') = $h ORDER BY 1 LIMIT 1",
+                           {"b": artifact.benchmark, "h": artifact.content_hash})
+        if found.height:
+            return int(found.item())
+        return self.save_anchor_set(
+            benchmark=artifact.benchmark, method=artifact.method, k=artifact.k, items=artifact.anchor_item_ids,
+            item_benchmarks=[a.benchmark or artifact.benchmark for a in artifact.anchors] if artifact.is_joint
+            else None, params=params, predictor_hash=artifact.content_hash, origin="external",
+            artifact_uri=params["source"], n_train_models=artifact.train_models.get("count"), role="retired",
+            reason="an outside predictor used by `sparseeval predict` (not fitted here): recorded for its "
+                   "predictions, never served or published by this store")
+
     def save_predictions(self, rows: Iterable[Mapping[str, Any]] | pl.DataFrame) -> int:
         """Upsert predictions keyed by (model, benchmark, anchor_set_id)."""
         cols = ("model", "benchmark", "anchor_set_id", "predicted", "lower", "upper", "n_anchors", "ood")

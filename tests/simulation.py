@@ -6,7 +6,13 @@ many days against it. Each simulated day writes that day's arrivals from the emb
 generator (seeded), then **ticks**: evaluates the real sensors of :mod:`pipelines.automation` as the
 daemon would (cursors kept, run keys de-duplicated, partitions added) and executes the runs they
 request, until they request nothing. After every day it checks the invariants
-(:meth:`Simulation.violations`).
+(:meth:`Simulation.violations`): the product's own ``audit()``, and the same agreement read
+directly from DuckDB, the MLflow registry and the published folders; every run's outcome (never
+an error; rejected by its checks where the day expects it: the ingest while the bad file stays, a
+refresh of a noise benchmark; elsewhere a rejection only as the decision DuckDB recorded); and every
+request the sensors made, counted **before** the run-key de-duplication the
+daemon does: a benchmark whose data and settings did not change that day must not be asked for at
+all (a sensor that keeps asking for a decided refresh is hidden by the de-duplication otherwise).
 
 The days play, in a cycle of 20: new models every day except quiet days; a new benchmark; a corrected
 re-run of an old file; a bad file; a settings change; a benchmark turned into pure noise (its champion
@@ -15,7 +21,7 @@ between ticks; anchor-only newcomers; and, on six days, the refresh run in a sub
 (SIGKILL) at one publication step boundary each (:data:`sparseeval.publishing.FAILPOINTS`), then
 retried.
 
-``python -m pipelines.simulation run-one CONFIG JOB [PARTITION]`` is the killed subprocess.
+``python -m tests.simulation run-one CONFIG JOB [PARTITION]`` is the killed subprocess.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ import polars as pl
 from pipelines.automation import comparison_sensor, joint_sensor, new_results_sensor, stale_benchmarks_sensor
 from pipelines.io_managers import MatrixIOManager
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
+from sparseeval.methods.joint import JOINT_METHOD
+from sparseeval.names import slug
 from sparseeval.publishing import FAILPOINTS, audit, leftovers
 from sparseeval.store import Store
 from sparseeval.synthetic import SyntheticLeaderboard, generate_leaderboard, scrambled, write_leaderboard
@@ -64,6 +72,10 @@ class DayReport:
     new_versions: int
     seconds: float
     violations: list[str] = field(default_factory=list)
+    #: requests the sensors made, before de-duplication
+    requests: int = 0
+    #: (job, partition, outcome) of every run (:func:`run_outcome`)
+    outcomes: list[tuple[str, str | None, str]] = field(default_factory=list)
 
 
 class Simulation:
@@ -97,6 +109,8 @@ class Simulation:
         #: day's refresh published nothing to kill)
         self.pending_kills: list[str] = []
         self.violation_counts: Counter[str] = Counter()
+        #: the day's requests as the sensors made them (before de-duplication): (job, partition) -> count
+        self.requests: Counter[tuple[str, str | None]] = Counter()
 
     # --- configuration ---------------------------------------------------------------------------
 
@@ -207,7 +221,7 @@ class Simulation:
                 # decision the sensors must then see as made
                 with self._cli_settings():
                     code = cli(["-q", "refresh", "--db", str(self.root / "sparseeval.duckdb"), "--benchmark", pair[0],
-                                "--predictors", self.settings["predictor_dir"]])
+                                "--registry", self.settings["predictor_dir"]])
                 if code not in (0, 1):  # 1: a proposal failed its checks (a noisy benchmark), which is an outcome
                     raise RuntimeError(f"day {day}: the CLI refresh failed ({code})")
                 events.append(f"{pair[0]} refreshed by 'sparseeval refresh'")
@@ -265,6 +279,7 @@ class Simulation:
                 for added in data.dynamic_partitions_requests or []:
                     self.instance.add_dynamic_partitions(added.partitions_def_name, list(added.partition_keys))
                 for request in data.run_requests or []:
+                    self.requests[(sensor.job_name, request.partition_key)] += 1
                     if request.run_key not in self.used_keys:  # the daemon launches a run key once
                         self.used_keys.add(request.run_key)
                         requests.append((sensor.job_name, request))
@@ -278,41 +293,129 @@ class Simulation:
     def _execute(self, defs: dg.Definitions, job: str, request: dg.RunRequest, day: int) -> None:
         tags = {**request.tags, "dagster/run_key": request.run_key or ""}
         if self.pending_kills and job == "refresh":
-            if self._run_killed(job, request.partition_key, self.pending_kills[0]):
+            ended = self._run_killed(job, request.partition_key, self.pending_kills[0])
+            if ended is None:
                 self.pending_kills.pop(0)
-            else:  # it ran to its end without publishing anything: that was the run
-                self.last_results.append((job, request.partition_key, None))
+            else:  # it ran to its end without publishing anything: that was the run, and this its outcome
+                self.last_results.append((job, request.partition_key, ended))
                 return
         result = defs.resolve_job_def(job).execute_in_process(
             instance=self.instance, partition_key=request.partition_key, tags=tags, raise_on_error=False,
             run_config=QUIET_LOGS)
-        self.last_results.append((job, request.partition_key, result.success))
+        self.last_results.append((job, request.partition_key, run_outcome(result)))
 
-    def _run_killed(self, job: str, partition: str | None, point: str) -> bool:
+    def _run_killed(self, job: str, partition: str | None, point: str) -> str | None:
         """The run in a subprocess that SIGKILLs itself at ``point``; its run is then marked failed (what
-        Dagster's run monitoring does with a dead run worker) and the caller retries it. False when the
-        run ended by itself (it published nothing, so it never reached ``point``)."""
+        Dagster's run monitoring does with a dead run worker), None is returned and the caller retries
+        it. When the run ended by itself (it published nothing, so it never reached ``point``): its
+        outcome (:func:`run_outcome`, written by the subprocess; asserted like any run's)."""
         config = self.root / "config.json"
         config.write_text(json.dumps({"root": str(self.root), "settings": self.settings}))
         env = {**os.environ, "SPARSEEVAL_FAILPOINT": point, "PYTHONPATH": str(Path(__file__).parents[1])}
-        proc = subprocess.run([sys.executable, "-m", "pipelines.simulation", "run-one", str(config), job,
+        proc = subprocess.run([sys.executable, "-m", "tests.simulation", "run-one", str(config), job,
                                partition or ""], env=env, capture_output=True, text=True, timeout=600)
         if proc.returncode != -signal.SIGKILL:
-            if "Traceback" in proc.stderr and "DagsterAssetCheckFailedError" not in proc.stderr:
-                raise RuntimeError(f"the run to be killed at {point} failed: {proc.stderr[-3000:]}")
-            return False
+            outcome = self.root / "outcome.json"
+            if proc.returncode not in (0, 1) or not outcome.is_file():  # died otherwise: no outcome written
+                raise RuntimeError(f"the run to be killed at {point} died (exit {proc.returncode}): "
+                                   f"{proc.stderr[-3000:]}")
+            ended = json.loads(outcome.read_text())["outcome"]
+            outcome.unlink()
+            return ended
         for record in self.instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
             self.instance.report_run_failed(record.dagster_run)
         self.kill_log.append(point)
-        return True
+        return None
 
     # --- invariants ------------------------------------------------------------------------------------
 
-    def violations(self, *, quiet: bool, versions_before: dict[str, int]) -> list[str]:
-        """Every invariant that does not hold after the day, as ``kind: detail``."""
+    def violations(self, *, quiet: bool, versions_before: dict[str, int], day: int = 0,
+                   changed: set[str] | None = None) -> list[str]:
+        """Every invariant that does not hold after the day, as ``kind: detail``. ``changed``: the
+        benchmarks whose data or settings changed that day (None: every one)."""
         db = self.store
         with db.pinned():  # one state of the store for the whole day's check
-            return self._violations(db, quiet=quiet, versions_before=versions_before)
+            found = self._violations(db, quiet=quiet, versions_before=versions_before)
+            found += self._agreement(db) + self._outcomes(db, day)
+        return found + self._requests(changed)
+
+    def expected_outcomes(self, job: str, partition: str | None, day: int) -> set[str]:
+        """What the day allows a run to end as (:func:`run_outcome`; never ``error``). An ingest is
+        rejected (its blocking check) exactly while the bad file stays in the source, every other file
+        ingested; a refresh of a benchmark of noise is rejected by the publishing checks (the
+        champion stays); any other refresh or joint fit publishes, or is rejected on a small population,
+        as a recorded decision."""
+        if job == "ingest":
+            return {"rejected"} if day >= BAD_FILE else {"succeeded"}
+        if job == "refresh" and (partition == "noisy" or (partition == "drift" and (day % CYCLE >= NOISE_TURN
+                                                                                    or day >= CYCLE))):
+            return {"rejected"}
+        return {"succeeded", "rejected"}
+
+    def _outcomes(self, db: Store, day: int) -> list[str]:
+        found = []
+        decided = dict(db.query("SELECT benchmark, arg_max(outcome, decided_at) FROM fit_decisions GROUP BY 1").rows())
+        for job, partition, outcome in self.last_results:
+            name = f"{job}{f' {partition}' if partition else ''}"
+            if outcome not in self.expected_outcomes(job, partition, day):
+                found.append(f"unexpected outcome: {name} {outcome}")
+            elif outcome == "rejected" and job != "ingest" and decided.get(partition or JOINT_METHOD) != "rejected":
+                found.append(f"unexpected outcome: {name} rejected, but DuckDB's last decision is "
+                             f"{decided.get(partition or JOINT_METHOD)}")
+        return found
+
+    def _requests(self, changed: set[str] | None) -> list[str]:
+        """Requests the sensors made for what did not change (counted before de-duplication)."""
+        if changed is None:
+            return []
+        joint = set(self.settings["joint_benchmarks"].split(","))
+        found = []
+        for (job, partition), n in sorted(self.requests.items(), key=str):
+            if job == "refresh" and partition not in {slug(b) for b in changed}:
+                found.append(f"request for an unchanged benchmark: refresh {partition} asked {n} time(s)")
+            elif job == "joint" and not joint & changed:
+                found.append(f"request for an unchanged benchmark: joint ({', '.join(sorted(joint))}) asked {n} "
+                             "time(s)")
+        return found
+
+    def _agreement(self, db: Store) -> list[str]:
+        """``audit()``'s invariant read directly, without the product's code: DuckDB's champion row, the
+        MLflow registry's ``champion`` alias and the published folder name one predictor (its content
+        hash), and a benchmark without a champion has neither alias nor folder."""
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        from sparseeval.benchmarks import registered_model_name
+
+        client = MlflowClient(self.resources()["tracking"].config().resolved_tracking_uri)
+        predictors = Path(self.settings["predictor_dir"])
+        rows = db.query("SELECT benchmark, anchor_set_id, registry_version, artifact_uri FROM anchor_sets "
+                        "WHERE role = 'champion'").rows()
+        found = [f"disagreement (direct): {b} has {n} champions in DuckDB"
+                 for b, n in Counter(r[0] for r in rows).items() if n > 1]
+        champions = {r[0]: r for r in rows}
+        for bench in [*db.benchmarks(), "sparseeval-joint"]:
+            try:
+                alias = client.get_model_version_by_alias(registered_model_name(bench), "champion")
+            except MlflowException:
+                alias = None
+            folder = predictors / slug(bench)
+            if bench not in champions:
+                if alias is not None or folder.exists():
+                    found.append(f"disagreement (direct): {bench} has no champion in DuckDB, but alias "
+                                 f"{alias.version if alias else None}, folder {folder.exists()}")
+                continue
+            _, set_id, version, artifact = champions[bench]
+            expected = json.loads((Path(artifact) / "predictor.json").read_text())["content_hash"]
+            served = json.loads((folder / "predictor.json").read_text())["content_hash"] if folder.exists() else None
+            if alias is None or str(alias.version) != str(version) or alias.tags.get("content_hash") != expected:
+                found.append(f"disagreement (direct): {bench} champion #{set_id} is version {version} "
+                             f"({expected[:19]}), the alias is {alias.version if alias else None} "
+                             f"({alias.tags.get('content_hash', '')[:19] if alias else ''})")
+            if served != expected or folder.resolve() != Path(artifact).resolve():
+                found.append(f"disagreement (direct): {bench} folder serves {served and served[:19]} from "
+                             f"{folder.resolve()}, the champion is {expected[:19]} in {artifact}")
+        return found
 
     def _violations(self, db: Store, *, quiet: bool, versions_before: dict[str, int]) -> list[str]:
         found: list[str] = []
@@ -369,24 +472,44 @@ class Simulation:
         versions: dict[str, int] = {}
         for day in range(days):
             t0 = time.perf_counter()
-            self.last_results: list[tuple[str, str | None, bool]] = []
+            self.last_results: list[tuple[str, str | None, str]] = []
+            self.requests.clear()
             if self.kills and day % CYCLE in KILL_DAYS:
                 self.pending_kills.append(KILL_DAYS[day % CYCLE])
+            data_before, settings_before = self.store.data_versions() if day else {}, dict(self.settings)
             events = self.arrive(day)
             runs = self.tick(day)
+            data_after = self.store.data_versions()
+            changed = set(data_after) if settings_before != self.settings else \
+                {b for b, v in data_after.items() if data_before.get(b) != v}
             quiet = day % CYCLE in QUIET and day > 0
-            problems = self.violations(quiet=quiet, versions_before=versions)
+            problems = self.violations(quiet=quiet, versions_before=versions, day=day, changed=changed)
             new_versions = sum(self.versions.values()) - sum(versions.values())
             versions = dict(self.versions)
             for problem in problems:
                 self.violation_counts[problem.split(":", 1)[0]] += 1
-            report = DayReport(day, events, runs, new_versions, time.perf_counter() - t0, problems)
+            report = DayReport(day, events, runs, new_versions, time.perf_counter() - t0, problems,
+                               sum(self.requests.values()), list(self.last_results))
             reports.append(report)
             log(f"day {day:3d} {report.seconds:5.1f} s  runs {runs:2d}  new versions {new_versions:2d}  "
                 f"violations {len(problems)}  {'; '.join(events)}")
             for problem in problems:
                 log(f"          ! {problem}")
         return reports
+
+
+def run_outcome(result: dg.ExecuteInProcessResult) -> str:
+    """``succeeded`` (every step and check passed); ``rejected`` when what failed are asset checks
+    alone (a decision: the publishing checks, or the ingest's every-file-accepted check, said no; a
+    blocking one fails its step); ``error`` for any other failure."""
+    events = result.all_events
+    checks_failed = any(e.event_type_value == "ASSET_CHECK_EVALUATION" and not e.event_specific_data.passed
+                        for e in events)
+    errors = [e.event_specific_data.error for e in events if e.event_type_value == "STEP_FAILURE"]
+    if any(err is None or err.cls_name != "DagsterAssetCheckFailedError" for err in errors) or \
+            (not result.success and not errors):
+        return "error"
+    return "rejected" if checks_failed or errors else "succeeded"
 
 
 def _run_one(config_path: str, job: str, partition: str) -> int:
@@ -399,6 +522,7 @@ def _run_one(config_path: str, job: str, partition: str) -> int:
     instance = dg.DagsterInstance.local_temp(tempdir=str(sim.root / "dagster"))
     result = sim.definitions().resolve_job_def(job).execute_in_process(
         instance=instance, partition_key=partition or None, raise_on_error=False, run_config=QUIET_LOGS)
+    (sim.root / "outcome.json").write_text(json.dumps({"outcome": run_outcome(result)}))
     return 0 if result.success else 1
 
 

@@ -1,0 +1,267 @@
+"""Planted bugs, one at a time: does a test catch each? ``python bench/mutants.py`` (``make mutants``).
+
+Each mutant is a small realistic bug (a setting left out of a key, a check removed, a message
+reworded into a wrong reason), written as exact text replacements in the product's files, and the
+tests that should catch it. For every mutant the script applies it to a **scratch copy** of the tree
+(the working tree is never written, so an interrupted run leaves nothing behind), runs those tests
+there, and prints whether they caught it and how many seconds they took. Before the mutants, each
+distinct selection of tests runs once on the unmutated copy: a test that fails there proves nothing.
+
+The scratch copy holds the files git tracks or would track (the working tree's state, uncommitted
+changes included), ``../shared`` beside it (the real data), and runs with ``PYTHONPATH`` on it and
+no bytecode written, so the copy's code, not the editable install's, is what the tests import.
+
+    python bench/mutants.py                 # every mutant
+    python bench/mutants.py --only alias-not-moved --only fit-key-without-alpha
+    python bench/mutants.py --list
+
+Exit status 1 when a mutant is not caught (or its tests ran past ``--timeout``), 2 when the tests
+fail on the unmutated tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A planted bug: ``(file, old text, new text)`` replacements (each old text found exactly once) and
+    the pytest arguments of the tests that should catch it."""
+
+    name: str
+    what: str
+    edits: tuple[tuple[str, str, str], ...]
+    tests: tuple[str, ...]
+
+
+KEYS = "tests/test_refresh_keys.py"
+SERVE = "tests/test_serve_bootstrap.py"
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("alias-not-moved", "the MLflow champion alias set once, never moved to a newer champion",
+           (("sparseeval/publishing.py",
+             "        mlf.set_alias(self.tracking, benchmark=bench, alias=alias, version=pub[\"registry_version\"])",
+             "        if mlf.alias_version(self.tracking, benchmark=bench, alias=alias) is None:\n"
+             "            mlf.set_alias(self.tracking, benchmark=bench, alias=alias,\n"
+             "                          version=pub[\"registry_version\"])"),),
+           ("tests/test_champion_change.py",)),
+    Mutant("old-champion-kept", "the previous champion not retired when a new one is published",
+           (("sparseeval/store/results.py",
+             "            set_role(con, int(other), \"retired\", "
+             "f\"replaced as {role} by anchor set #{anchor_set_id}\")",
+             "            pass"),),
+           ("tests/test_champion_change.py",)),
+    Mutant("fit-key-without-alpha", "alpha left out of the fit key",
+           (("sparseeval/refresh_policy.py", '"split_policy": self.split_policy, "alpha": self.alpha,',
+             '"split_policy": self.split_policy,'),),
+           (KEYS, "-k", "keys_it_affects")),
+    Mutant("fit-key-without-coverage-tolerance", "coverage_tolerance left out of the fit key",
+           (("sparseeval/refresh_policy.py", '"coverage_tolerance": self.coverage_tolerance, ', ""),),
+           (KEYS, "-k", "keys_it_affects")),
+    Mutant("fit-key-without-challenger-margin", "challenger_margin left out of the fit key",
+           (("sparseeval/refresh_policy.py", '"challenger_margin": self.challenger_margin,', ""),),
+           (KEYS, "-k", "keys_it_affects")),
+    Mutant("fit-key-without-challenger-days", "challenger_min_days left out of the fit key",
+           (("sparseeval/refresh_policy.py", '\n                "challenger_min_days": self.challenger_min_days}', "}"),),
+           (KEYS, "-k", "keys_it_affects")),
+    Mutant("comparison-key-without-budget", "the comparison budget left out of the comparison key",
+           (("sparseeval/comparison.py", ',\n                "budget_s": self.budget_s}', "}"),),
+           (KEYS, "-k", "keys_it_affects")),
+    Mutant("comparison-staleness-ignored", "the due check takes any earlier comparison for one under these settings",
+           (("sparseeval/comparison.py",
+             'if row["data_version"] and row["run_key"] == comparison_key(row["data_version"], settings.key_settings()):',
+             'if row["data_version"]:'),),
+           (KEYS, "-k", "sensor")),
+    Mutant("sensor-asks-with-joint-settings", "the stale-benchmarks sensor keys its question with the joint settings",
+           (("pipelines/automation.py",
+             "        stale = stale_benchmarks(db, settings.fit_settings())\n"
+             "        benchmarks = db.benchmarks()",
+             "        stale = stale_benchmarks(db, settings.joint_settings())\n"
+             "        benchmarks = db.benchmarks()"),),
+           (KEYS, "-k", "sensor")),
+    Mutant("mmlu-pro-by-prefix", "a task mapped to mmlu_pro by the prefix of its name",
+           (("sparseeval/tasks.py", "    name = task.strip()\n",
+             "    name = task.strip()\n    if name.startswith(\"mmlu_pro\"):\n"
+             "        return \"mmlu_pro\", name.removeprefix(\"mmlu_pro\").lstrip(\"_\") or None\n"),),
+           ("tests/test_tasks.py",)),
+    Mutant("hub-revision-check-removed", "every Hub repo fetched again, whatever its commit",
+           (("sparseeval/hub_sources.py",
+             "                if f.sha != self.store.hub_sha(repo, source.revision, self.wanted_key):",
+             "                if True:"),),
+           ("tests/test_hub_sources.py::test_incremental_refresh_fetches_only_new_files_and_unchanged_costs_one_call",)),
+    Mutant("already-ingested-check-removed", "a unit whose bytes are already stored ingested again",
+           (("sparseeval/store/ingest.py", "                if seen.height:\n", "                if False:\n"),
+            ("sparseeval/store/ingest.py", "                if dup:  # stored by another process since we looked",
+             "                if False:")),
+           ("tests/test_store.py::test_ingest_small_folder_counts_and_reingest_is_skipped",
+            "tests/test_store.py::test_same_rows_in_another_file_change_nothing")),
+    Mutant("published-folder-raw-name", "the published folder named by the raw benchmark name, not its encoding",
+           (("sparseeval/publishing.py", "    return Path(predictor_dir) / slug(benchmark)\n",
+             "    return Path(predictor_dir) / benchmark\n"),),
+           ("tests/test_names.py", "-m", "not slow")),
+    Mutant("db-folder-wrong-reason", "the --db folder refusal reworded into a wrong reason",
+           (("sparseeval/commands/arguments.py", 'f"{text}: a folder, not a DuckDB store file"',
+             'f"{text}: locked by another writer"'),),
+           ("tests/test_cli_errors.py", "-k", "db and directory")),
+    # the served mode
+    Mutant("port-probe-without-reuseaddr", "the free-port probe binds without SO_REUSEADDR (TIME_WAIT counts as used)",
+           (("sparseeval/serve/bootstrap.py", "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n", ""),),
+           (SERVE,)),
+    Mutant("leftovers-not-found", "the sweep finds no process left by a killed service (the orphaned uvicorn)",
+           (("sparseeval/serve/supervisor.py",
+             "        if wanted & set(environ.split(b\"\\0\")) and alive(int(proc.name)):", "        if False:"),),
+           (SERVE,)),
+    Mutant("code-server-stopped-with-runs", "supervisord stops the code server with its process group (its runs)",
+           (("sparseeval/serve/supervisor.py", 'group = "false" if name == "code_server" else "true"',
+             'group = "true"'),),
+           (SERVE,)),
+    Mutant("compose-port-on-all-interfaces", "docker-compose publishes the Dagster UI on every interface",
+           (("docs/deploy/docker-compose.yml", '      - "127.0.0.1:3000:3000"', '      - "3000:3000"'),),
+           ("tests/test_deploy_config.py", "-k", "compose")),
+)
+
+
+@contextmanager
+def scratch_copy() -> Iterator[Path]:
+    """The working tree's files (tracked, or untracked and not ignored) copied into a temporary folder,
+    with ``../shared`` linked beside the copy as it is beside the repository; removed on the way out."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    top = Path(tempfile.mkdtemp(prefix="sparseeval-mutants-"))
+    try:
+        copy = top / "repo"
+        for rel in filter(None, listed):
+            src = REPO / rel
+            if src.is_file():
+                (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, copy / rel)
+        if (REPO.parent / "shared").exists():
+            (top / "shared").symlink_to(REPO.parent / "shared")
+        yield copy
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@contextmanager
+def applied(copy: Path, mutant: Mutant) -> Iterator[None]:
+    """``mutant``'s edits in the copy, undone on the way out (the next mutant starts from the original)."""
+    originals: dict[Path, str] = {}
+    try:
+        for rel, old, new in mutant.edits:
+            path = copy / rel
+            text = path.read_text()
+            originals.setdefault(path, text)
+            found = text.count(old)
+            if found != 1:
+                raise SystemExit(f"mutant {mutant.name}: {rel} holds its text {found} times, not once: update "
+                                 f"bench/mutants.py to the code")
+            path.write_text(text.replace(old, new))
+        yield
+    finally:
+        for path, text in originals.items():
+            path.write_text(text)
+
+
+def _env(copy: Path) -> dict[str, str]:
+    """The copy's code first on the path, no bytecode written (a mutated file is never read from a cache)."""
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return env
+
+
+def run_tests(copy: Path, args: tuple[str, ...] | list[str], timeout: float) -> tuple[int | None, float, str]:
+    """pytest in the copy: (exit status or None on timeout, seconds, the output's tail)."""
+    env = _env(copy)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args],
+                            cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        code = None
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return code, time.perf_counter() - t0, out[-2000:]
+
+
+def _imports_the_copy(copy: Path) -> None:
+    where = subprocess.run([sys.executable, "-c", "import sparseeval, pipelines; print(sparseeval.__file__); "
+                            "print(pipelines.__file__)"], cwd=copy, env=_env(copy), capture_output=True, text=True,
+                           check=True).stdout.split()
+    if not all(Path(w).resolve().is_relative_to(copy.resolve()) for w in where):
+        raise SystemExit(f"the scratch copy's tests would import {where}, not the copy's code")
+
+
+def baseline(copy: Path, mutants: list[Mutant], timeout: float) -> bool:
+    """Every distinct test selection of ``mutants`` on the unmutated copy: a test that fails there
+    proves nothing about a mutant. Prints each selection's outcome; True when all pass."""
+    ok = True
+    for tests in dict.fromkeys(m.tests for m in mutants):
+        code, seconds, out = run_tests(copy, tests, timeout)
+        print(f"baseline {' '.join(tests):<56} {'pass' if code == 0 else 'FAIL'} {seconds:6.1f} s", flush=True)
+        if code != 0:
+            print(out)
+            ok = False
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", action="append", default=[], metavar="NAME", help="run this mutant (repeatable)")
+    ap.add_argument("--list", action="store_true", help="list the mutants and their tests, run nothing")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds a mutant's tests may take")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the run on the unmutated copy")
+    args = ap.parse_args(argv)
+    unknown = set(args.only) - {m.name for m in MUTANTS}
+    if unknown:
+        ap.error(f"unknown mutant(s): {', '.join(sorted(unknown))}")
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:<36} {m.what}\n{'':<36} tests: {' '.join(m.tests)}")
+        return 0
+    # SIGTERM and SIGHUP unwind like Ctrl-C: the scratch copy is removed, the working tree never touched
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.default_int_handler)
+    with scratch_copy() as copy:
+        _imports_the_copy(copy)
+        if not args.no_baseline and not baseline(copy, chosen, args.timeout):
+            return 2
+        print(f"\n{'mutant':<36} {'result':<12} {'seconds':>7}  the test that failed (or the tests run)")
+        missed = 0
+        for m in chosen:
+            with applied(copy, m):
+                code, seconds, out = run_tests(copy, m.tests, args.timeout)
+            result = {1: "caught", 0: "NOT CAUGHT", None: "TIMEOUT"}.get(code, f"ERROR {code}")
+            missed += result != "caught"
+            by = next((line.removeprefix("FAILED ").split(" - ")[0] for line in out.splitlines()
+                       if line.startswith("FAILED ")), "")
+            print(f"{m.name:<36} {result:<12} {seconds:7.1f}  {by or ' '.join(m.tests)}", flush=True)
+            if result.startswith("ERROR"):
+                print(out)
+    print(f"\n{len(chosen) - missed} of {len(chosen)} mutants caught")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
