@@ -7,7 +7,8 @@ A benchmark's matrix lives in the library's matrix store (:mod:`sparseeval.matri
 arrays from disk (no copy, no decompression, no pickle). A matrix that is not a stored version yet
 (built in memory elsewhere) is stored under ``<base>/matrices`` first. Everything else the steps share
 has its own home (the DuckDB store, the predictor folders), so the other assets return
-``MaterializeResult`` and Dagster stores nothing for them.
+``MaterializeResult`` and Dagster stores nothing for them. A step reads the newest stored version of
+the benchmark when another writer (``sparseeval refresh``) stored one since the reference was written.
 """
 
 from __future__ import annotations
@@ -50,11 +51,20 @@ class MatrixIOManager(dg.ConfigurableIOManager):
                                             "data_version": matrix.data_version}))
         context.add_output_metadata({"path": dg.MetadataValue.path(matrix.stored_at)})
 
-    def _load(self, path: Path) -> ResponseMatrix:
+    def _load(self, path: Path, context: dg.InputContext) -> ResponseMatrix:
+        """The referenced version, or a newer one of the same benchmark stored since by another writer
+        (:meth:`~sparseeval.matrix_store.MatrixStore.newest`: ``sparseeval refresh`` on the same store);
+        otherwise the joint predictor and the comparison would read a matrix behind the store, and their
+        sensors, which key on the store, would ask for them again on every tick."""
         legacy = path.with_suffix(".npz")
         if not path.is_file() and legacy.is_file():
             return load_matrix(legacy)
-        return MatrixStore.load(json.loads(path.read_text(encoding="utf-8"))["folder"])
+        folder = Path(json.loads(path.read_text(encoding="utf-8"))["folder"])
+        newest = MatrixStore.newest(folder)
+        if newest != folder:
+            context.log.info("%s: a newer stored matrix than this pipeline's last one (%s): read instead",
+                             path.stem, newest.name)
+        return MatrixStore.load(newest)
 
     def load_input(self, context: dg.InputContext) -> ResponseMatrix | dict[str, ResponseMatrix]:
         """One partition's matrix; for a step that reads every partition (the joint predictor), a dict
@@ -66,6 +76,6 @@ class MatrixIOManager(dg.ConfigurableIOManager):
             missing = sorted(set(paths) - set(present))
             if missing:
                 context.log.warning("no matrix yet for %s (not refreshed): left out", ", ".join(missing))
-            matrices = [self._load(path) for path in present.values()]
+            matrices = [self._load(path, context) for path in present.values()]
             return {m.benchmark: m for m in matrices}  # keyed by name: a key is the name's slug
-        return self._load(self._path(context))
+        return self._load(self._path(context), context)

@@ -128,6 +128,20 @@ class MatrixStore:
                               stored_at=str(folder))
 
     @staticmethod
+    def newest(folder: str | Path) -> Path:
+        """``folder`` (a stored version), or the newest stored version of the same benchmark when that one
+        has seen more runs: what a step reading a matrix stored by an earlier run uses, so a matrix brought
+        up to date by another writer meanwhile (``sparseeval refresh`` on the same store) is not read behind
+        it. A version is only ever written for the store's state at that moment, so more runs seen is newer
+        data, never another branch of it."""
+        folder = Path(folder)
+        meta = _meta(folder)
+        found = MatrixStore(folder.parent.parent).latest(meta["benchmark"])
+        if found is None or found[0] == folder or found[1]["max_run_id"] <= meta["max_run_id"]:
+            return folder
+        return found[0]
+
+    @staticmethod
     def holds(matrix: ResponseMatrix) -> bool:
         """Whether ``matrix`` is exactly a stored version (its folder's data version and shape)."""
         if not matrix.stored_at:

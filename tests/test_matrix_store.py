@@ -106,6 +106,21 @@ def test_a_damaged_stored_matrix_is_rebuilt_and_old_versions_pruned(stored: tupl
     _same(MatrixStore.load(matrices.latest("arc")[0]), store.read_benchmark("arc"))
 
 
+def test_a_reader_of_an_older_version_gets_the_newer_one_another_writer_stored(
+        stored: tuple[Store, MatrixStore, Path]) -> None:
+    """The pipeline passes a reference to the version its matrix step stored; when ``sparseeval refresh``
+    stored a newer one of the same benchmark since, a later step (the joint predictor, the comparison) reads
+    that one, not a matrix behind the store."""
+    store, matrices, src = stored
+    first = Path(matrices.update(store, "arc").matrix.stored_at)
+    assert MatrixStore.newest(first) == first
+    model = "org/later"
+    store.ingest(_unit(src / "later", _grid([model], ["q00", "q01"], 5, skip=0.0), {model: 0.5}))
+    second = Path(matrices.update(store, "arc").matrix.stored_at)
+    assert second != first and MatrixStore.newest(first) == second and MatrixStore.newest(second) == second
+    assert MatrixStore.load(MatrixStore.newest(first)).data_version == store.data_version("arc")
+
+
 def test_append_models_refuses_a_model_it_already_holds() -> None:
     old = build_matrix(_long([("a", "i1", 1.0), ("b", "i1", 0.0)]), pl.DataFrame(
         {"model": ["a", "b"], "benchmark": "arc", "score": [1.0, 0.0]}), "arc")

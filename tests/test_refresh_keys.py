@@ -94,7 +94,7 @@ def test_a_setting_changes_exactly_the_keys_it_affects(name: str) -> None:
 def refreshed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A small benchmark ingested, then refreshed by the real assets (fit, checks, publication, then
     the comparison in its own run): what ``make run`` leaves behind."""
-    from pipelines.assets import candidate, champion, challenger, evaluation, raw_results, response_matrix
+    from pipelines.assets import candidate, challenger, champion, evaluation, raw_results, response_matrix
     from pipelines.checks import publishing_checks
     from pipelines.io_managers import MatrixIOManager
     from pipelines.partitions import add_benchmarks
