@@ -131,6 +131,53 @@ def published_hash(root: Path) -> str:
     return ",".join(json.loads(m.read_text()).get("content_hash", "?")[7:19] for m in metas) or "-"
 
 
+#: the table's phases: (label, steps whose seconds it sums), in the order a day runs them
+PHASES = (("ingest (raw_results)", ("raw_results",)),
+          ("matrix (response_matrix)", ("response_matrix",)),
+          ("fit: champion refit or selection (candidate)", ("candidate",)),
+          ("publishing checks (4 asset checks)", ("candidate_",)),
+          ("publish (champion)", ("champion",)),
+          ("challenger selection + its checks", ("challenger", "challenger_")),
+          ("score anchor-only models (predictions)", ("predictions",)),
+          ("joint predictor (joint_anchors, joint_champion)", ("joint_",)),
+          ("method comparison (evaluation)", ("evaluation",)))
+
+
+def markdown(table: list[dict[str, Any]], summary: list[dict[str, Any]]) -> str:
+    """Per day, the phases of every design side by side (seconds, peak RSS sampled during the phase),
+    then the day's totals: what docs/results/days.md shows."""
+    designs = list(dict.fromkeys(s["design"] for s in summary))
+    out = []
+    for day in dict.fromkeys(s["day"] for s in summary):
+        head = " | ".join(f"{d} s | {d} peak MB" for d in designs)
+        out += [f"**{day}**", "", f"| phase | {head} |", "|---|" + "---:|" * (2 * len(designs))]
+        for label, prefixes in PHASES:
+            cells = []
+            for d in designs:
+                rows = [r for r in table if r["design"] == d and r["day"] == day and not r["step"].startswith(" ")
+                        and any(r["step"] == p or (p.endswith("_") and r["step"].startswith(p)) for p in prefixes)]
+                cells += [f"{sum(r['seconds'] for r in rows):.1f}" if rows else "-",
+                          f"{max(r['peak_mb'] for r in rows):,.0f}" if rows else "-"]
+            out.append(f"| {label} | " + " | ".join(cells) + " |")
+        by = {s["design"]: s for s in summary if s["day"] == day}
+        for label, key, fmt in (("**published** (from the day's start)", "published_s", "{:.1f}"),
+                                ("**whole run** (process start to end)", "seconds", "{:.1f}"),
+                                ("CPU seconds (both cores)", "cpu_s", "{:.0f}")):
+            cells = []
+            for d in designs:
+                value = by[d].get(key)
+                cells += [fmt.format(value) if value is not None else "-", ""]
+            out.append(f"| {label} | " + " | ".join(cells) + " |")
+        out.append("| **peak RSS** (whole process), MB | " + " | ".join(
+            f" | {by[d]['peak_mb']:,.0f}" for d in designs) + " |")
+        out.append("| 1-min load average (start-end) | " + " | ".join(
+            f"{by[d]['load_start']:.1f}-{by[d]['load_end']:.1f} | " for d in designs) + " |")
+        out.append("| published predictor (content hash) | " + " | ".join(
+            f"{by[d]['champion']} | " for d in designs) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="7000x30000", help="day 1: models x items")
@@ -141,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", type=Path, default=None, help="a checkout of the previous code, run side by side")
     ap.add_argument("--designs", default="", help="comma-separated subset of before,after")
     ap.add_argument("--out", type=Path, default=None, help="CSV of the per-phase table")
+    ap.add_argument("--markdown", type=Path, default=None, help="the side-by-side tables as Markdown")
     args = ap.parse_args(argv)
     n, m = (300, 1000) if args.quick else tuple(int(x) for x in args.size.split("x"))
     new = 20 if args.quick else args.new
@@ -194,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         pl.DataFrame(table).write_csv(args.out)
         pl.DataFrame(summary).write_csv(args.out.with_name(args.out.stem + "_summary.csv"))
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(markdown(table, summary) + "\n")
     if args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0 if all(s["rc"] == 0 for s in summary) else 1

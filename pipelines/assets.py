@@ -269,9 +269,11 @@ def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"duckdb"}, owners=OWNERS,
           tags={"layer": "publish"}, deps=[response_matrix], pool="duckdb_writer",
+          op_tags={"dagster/priority": "-1"},  # after the checks and the publication, which it must not delay
           description="Score every stored model that has anchor answers but no full score (with intervals) "
                       "with the published champion, whether or not this refresh published a new one (a "
-                      "rejected refresh keeps the old champion, which still scores the new models).")
+                      "rejected refresh keeps the old champion, which still scores the new models). Runs "
+                      "after the publication when both are ready: it never delays it.")
 def predictions(context: dg.AssetExecutionContext, store: StoreResource) -> dg.MaterializeResult:
     db = store.store()
     bench = benchmark_of(context.partition_key, db.benchmarks())

@@ -15,9 +15,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from sparseeval.artifact import load_predictor
 from sparseeval.cli import main as cli_main
 from sparseeval.matrix_store import MatrixStore
-from sparseeval.publishing import audit
+from sparseeval.publishing import audit, published_path
 from sparseeval.refresh_policy import FitSettings, refresh_benchmark
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
@@ -94,6 +95,34 @@ def test_a_changed_check_setting_reuses_the_stored_fits(world: dict) -> None:
     assert fourth.figures["reused_fits"] == ["refit"] and "reproduced champion" in fourth.decision
     assert not fourth.published and len(registered_versions(tracking, benchmark="arc")) == versions
     assert audit(store, tracking, root / "predictors", "arc") == []
+
+
+def test_the_predictor_published_from_an_appended_matrix_is_the_full_rebuilds(tmp_path: Path, world: dict) -> None:
+    """Two stores with the same history: one appends the day's new models to its stored matrix, the other
+    rebuilds it from every row. The refit champion each publishes is the same predictor: the same anchors
+    and the same content hash (the fit is deterministic at a given thread count)."""
+    root, db = world["root"], world["db"]
+    extra = generate_leaderboard(n_families=1, models_per_family=4, benchmarks={"arc": 120}, seed=5)
+    write_leaderboard(_renamed(extra, "-new"), root / "src" / "second")
+    settings = FitSettings(k=6, method="sparseeval-linear")
+    published = {}
+    for name, incremental in (("appended", True), ("rebuilt", False)):
+        home = tmp_path / name
+        store = Store(home / "sparseeval.duckdb")
+        tracking = TrackingConfig(data_dir=home)
+        matrices = MatrixStore.beside(store)
+        for day in ("first", "second"):
+            store.ingest(root / "src" / day)
+            update = matrices.update(store, "arc", incremental=incremental)
+            result = refresh_benchmark(update.matrix, store, tracking, home / "predictors", settings, publish=True,
+                                       challenger=False)
+            assert result.published, result.decision
+        assert update.how == name, update.describe()
+        champion = store.champion("arc")
+        folder = load_predictor(published_path(home / "predictors", "arc"))  # what predict --benchmark reads
+        published[name] = (champion["origin"], champion["items"], folder.content_hash)
+    assert published["appended"] == published["rebuilt"] and published["appended"][0] == "refit"
+    assert db.is_file()  # the fixture's own store is left alone
 
 
 def _renamed(lb, suffix: str):
