@@ -221,3 +221,53 @@ def linear_importance(Y: np.ndarray, s: np.ndarray, alpha: float, device: torch.
         return ais.cpu().numpy(), resid.cpu().numpy()
 
     return fn
+
+
+#: training models (the strongest fraction by score) that headroom anchors must tell apart
+HEADROOM_TOP_FRAC = 0.1
+#: candidates screened per headroom step (by |correlation| with the score among the strongest models)
+HEADROOM_CANDIDATES = 200
+
+
+def _loo_ridge_mse(X: np.ndarray, y: np.ndarray, alpha: float) -> float:
+    """Exact leave-one-out MSE of a ridge with intercept (unpenalised), closed form via the hat matrix."""
+    Xc = np.concatenate([X - X.mean(0), np.ones((len(X), 1))], axis=1)
+    reg = alpha * np.eye(Xc.shape[1])
+    reg[-1, -1] = 0.0
+    hat = Xc @ np.linalg.solve(Xc.T @ Xc + reg, Xc.T)
+    resid = y - hat @ y
+    return float(np.mean((resid / np.clip(1.0 - np.diag(hat), 1e-6, None)) ** 2))
+
+
+def headroom_anchors(Y: np.ndarray, s: np.ndarray, anchors: np.ndarray, n_add: int, *, alpha: float = 1.0,
+                     top_frac: float = HEADROOM_TOP_FRAC) -> np.ndarray:
+    """``anchors`` plus ``n_add`` items that tell the *strongest* training models apart.
+
+    Why: anchors chosen for the error over all training models are mostly items the strong models
+    all solve (most models are not strong); on a model stronger than every training model they are
+    then all right and say nothing about *how much* stronger, and any predictor saturates at the top
+    of the training range. Each added item is the one that most lowers the leave-one-out error of a
+    ridge of the score on the anchors *among the strongest ``top_frac`` of the training models*
+    (greedy, candidates screened by their correlation with the score there). Training models only.
+    """
+    Y = np.asarray(Y, dtype=np.float64)
+    s = np.asarray(s, dtype=np.float64)
+    anchors = [int(a) for a in anchors]
+    if n_add <= 0:
+        return np.asarray(anchors, dtype=np.int64)
+    top = s >= np.quantile(s, 1.0 - top_frac)
+    Yt, st = Y[top], s[top]
+    spread = Yt.std(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr = np.abs(((Yt - Yt.mean(0)) * (st - st.mean())[:, None]).mean(0) / (spread * st.std()))
+    corr = np.nan_to_num(corr, nan=0.0)
+    corr[anchors] = -1.0
+    corr[spread == 0] = -1.0
+    pool = [int(j) for j in np.argsort(-corr, kind="stable")[:HEADROOM_CANDIDATES] if corr[j] >= 0]
+    for _ in range(n_add):
+        if not pool:  # nothing left that varies among the strongest models: any unused item keeps K
+            pool = [int(j) for j in np.setdiff1d(np.arange(Y.shape[1]), anchors)]
+        best = min(pool, key=lambda j: _loo_ridge_mse(Yt[:, [*anchors, j]], st, alpha))
+        anchors.append(best)
+        pool.remove(best)
+    return np.asarray(anchors, dtype=np.int64)

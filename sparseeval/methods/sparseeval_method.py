@@ -31,6 +31,7 @@ from sparseeval.methods.selection import (
     RefineResult,
     center,
     fast_column_means,
+    headroom_anchors,
     items_by_row,
     kmeans_start,
     linear_importance,
@@ -80,8 +81,12 @@ class _SparseEvalBase(AnchorEstimator):
     def __init__(self, k: int, *, random_state: int = 0, device: str = "auto", start: str = "auto",
                  max_steps: int | None = None, n_weak: int = 8, n_cand: int = 32, alpha: float = 1.0,
                  members: int = 2, max_epochs: int = 2000, lr: float = 1e-2, ais: str = "linear",
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, headroom: int = 0) -> None:
         super().__init__(k, random_state=random_state, device=device)
+        if not 0 <= headroom < k:
+            raise ValueError(f"headroom must be in [0, k), got {headroom}")
+        #: anchors reserved for telling the strongest training models apart (:func:`headroom_anchors`)
+        self.headroom = int(headroom)
         self.threads = threads  #: CPU threads of this fit (None: $SPARSEEVAL_THREADS, else every available CPU)
         if start not in ("auto", "kmeans", "random"):
             raise ValueError(f"start must be auto, kmeans or random, got {start!r}")
@@ -143,8 +148,9 @@ class _SparseEvalBase(AnchorEstimator):
         importance = self._importance(Yi, s, Yv, sv, dev)
 
         t0 = time.perf_counter()
-        starts = {"kmeans": lambda: kmeans_start(Yi, self.k, self.random_state, rows=self._rows),
-                  "random": lambda: random_anchors(Yi.shape[1], self.k, self.random_state)}
+        k_sel = self.k - self.headroom  # the rest are headroom anchors, added after refinement
+        starts = {"kmeans": lambda: kmeans_start(Yi, k_sel, self.random_state, rows=self._rows),
+                  "random": lambda: random_anchors(Yi.shape[1], k_sel, self.random_state)}
         names = ["kmeans", "random"] if self.start == "auto" else [self.start]
         initial = {name: starts[name]() for name in names}
         t1 = time.perf_counter()
@@ -160,9 +166,10 @@ class _SparseEvalBase(AnchorEstimator):
                for name, res in results.items()}
         chosen = min(val, key=val.__getitem__)
         result = results[chosen]
-        self._set_anchors(result.anchors, Yi)
-        self.anchor_fill_ = fill[result.anchors]  # training means of the raw (unimputed) answers
-        self._fit_final(Yi[:, result.anchors], s, Yv[:, result.anchors], sv, dev)
+        anchors = headroom_anchors(Yi, s, result.anchors, self.headroom, alpha=self.alpha)
+        self._set_anchors(anchors, Yi)
+        self.anchor_fill_ = fill[anchors]  # training means of the raw (unimputed) answers
+        self._fit_final(Yi[:, anchors], s, Yv[:, anchors], sv, dev)
         t3 = time.perf_counter()
         self.selection_ = {
             "start": chosen,
