@@ -102,6 +102,7 @@ class Guarded:
     """Predictions of several models with their intervals and the guard's verdict."""
 
     pred: np.ndarray
+    halfwidth: np.ndarray  #: conformal half-width (before clipping the interval to [0, 1])
     lower: np.ndarray
     upper: np.ndarray
     d2: np.ndarray  #: answer-pattern distance
@@ -122,8 +123,9 @@ def guarded_predictions(est: AnchorEstimator, calibration: dict[str, Any], X: np
     ood = calibration["ood"]
     d2 = cal.ood_scores(X, ood) if d2 is None else d2
     pred = est.predict(cal.conditional_impute(X, ood) if imputed is None else imputed)
-    lower, upper = cal.interval(pred, cal.halfwidths(est, pred, ~np.isnan(X), calibration))
-    return Guarded(pred, lower, upper, d2, reasons(X, pred, d2, ood, calibration.get("frontier")))
+    half = cal.halfwidths(est, pred, ~np.isnan(X), calibration)
+    lower, upper = cal.interval(pred, half)
+    return Guarded(pred, half, lower, upper, d2, reasons(X, pred, d2, ood, calibration.get("frontier")))
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,8 @@ class Comparison:
     upper: float
     distinguishable: bool  #: the interval excludes 0
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    #: why a side of the interval is open (a model that may lie beyond the training range), in words
+    open_sides: tuple[str, ...] = field(default_factory=tuple)
 
 
 def _as_artifact(artifact_or_folder: PredictorArtifact | str | Path) -> PredictorArtifact:
@@ -231,10 +233,31 @@ def compare(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.Data
     pa, pb = _predict_matrix(artifact, [model_a, model_b], X[rows])
     half = cal.pair_halfwidth(pa.k - pa.n_anchors, pb.k - pb.n_anchors, artifact.calibration)
     diff = pa.predicted - pb.predicted
-    lower, upper = diff - half, diff + half
+    lower, upper, open_sides = open_for_extrapolation(diff - half, diff + half, pa, pb)
     warns = tuple(f"{p.model}: {w}" for p in (pa, pb) for w in p.warnings)
     return Comparison(model_a, model_b, artifact.benchmark, pa.predicted, pb.predicted, diff,
-                      lower, upper, bool(lower > 0 or upper < 0), warns)
+                      lower, upper, bool(lower > 0 or upper < 0), warns, open_sides)
+
+
+def open_for_extrapolation(lower: float, upper: float, pa: Prediction,
+                           pb: Prediction) -> tuple[float, float, tuple[str, ...]]:
+    """The paired interval of ``a - b`` with a side opened (to the largest possible difference) for each
+    model the guard says may lie beyond the training range: a model that may be stronger than every
+    training model may be further ahead than its prediction says, so ``a - b`` has no upper bound when
+    it is ``a`` and no lower bound when it is ``b`` (and the mirror for weaker). Two models beyond the
+    top together are then never called distinguishable: the anchors cannot order them."""
+    sides = []
+    for p, sign in ((pa, 1), (pb, -1)):
+        d = p.beyond * sign
+        if d > 0:
+            upper = 1.0
+        elif d < 0:
+            lower = -1.0
+        if d:
+            side = "upper" if d > 0 else "lower"
+            sides.append(f"{side} side open: {p.model} may be {'stronger' if p.beyond > 0 else 'weaker'} than every "
+                         f"training model ({p.ood_reasons[0]})")
+    return lower, upper, tuple(sides)
 
 
 def _train_summary(models: list[str], scores: np.ndarray, dates: pl.DataFrame | None) -> dict[str, Any]:
@@ -271,7 +294,8 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
 
 def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *, alpha: float = 0.1,
                       seed: int = 0, models: pl.DataFrame | None = None,
-                      settings: dict[str, Any] | None = None) -> PredictorArtifact:
+                      settings: dict[str, Any] | None = None,
+                      frontier: dict[str, Any] | None = None) -> PredictorArtifact:
     """Calibrate an estimator fitted on ``split.train`` (+ ``split.val``) on the held-out
     ``split.test`` models and wrap it as an unsaved artifact.
 
@@ -281,6 +305,8 @@ def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator
 
     The pipeline fits anchors once per benchmark and publishes that same estimator, so the test
     models of its split are the conformal calibration set: the estimator never saw them.
+    ``frontier``: the frontier self-check's figures (:func:`sparseeval.evaluation.selfcheck_figures`),
+    published with the predictor so its users see how it fares on models stronger than its training models.
     """
     Y = matrix.with_nan()
     s = matrix.scores.astype(np.float32)
@@ -290,6 +316,8 @@ def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator
     calibration["split_seed"] = seed
     train_models = _train_summary([matrix.models[i] for i in fit_rows], s[fit_rows], models)
     extra: dict[str, Any] = {"settings": settings} if settings else {}
+    if frontier:
+        extra["frontier"] = frontier
     # the order to ask the anchors in (training models only) and the conformal quantile per prefix
     extra["adaptive"] = adaptive_info(est, Y[split.train][:, est.anchors_], s[split.train], calibration)
     return PredictorArtifact(estimator=est, benchmark=matrix.benchmark, item_ids=matrix.items,

@@ -1,7 +1,8 @@
 """``sparseeval predict``: full-benchmark scores of new models from their anchor answers.
 
 Prints one row per model and benchmark (prediction, 90 % conformal interval, anchors answered,
-warnings such as OOD); ``--json`` also writes the rows for machines. Also home of the predictor
+warnings such as OOD with its reason, e.g. "stronger than every training model"); ``--json`` also
+writes the rows for machines. Also home of the predictor
 arguments shared by ``export`` and ``compare`` (``--predictor DIR`` or ``--benchmark B`` looked
 up in a ``--registry`` of published predictors ``DIR/<benchmark>/``).
 """
@@ -135,9 +136,11 @@ def format_table(preds: list[Prediction]) -> str:
 
 
 def write_json(preds: list[Prediction], out: Path) -> None:
-    """``[{model, benchmark, predicted, lower, upper, n_anchors, ood}]``, written atomically."""
+    """``[{model, benchmark, predicted, lower, upper, n_anchors, ood, ood_reasons}]``, written atomically
+    (``ood_reasons``: why the model may lie outside what the training models cover, in words)."""
     rows = [{"model": p.model, "benchmark": p.benchmark, "predicted": p.predicted, "lower": p.lower,
-             "upper": p.upper, "n_anchors": p.n_anchors, "ood": p.ood} for p in preds]
+             "upper": p.upper, "n_anchors": p.n_anchors, "ood": p.ood, "ood_reasons": list(p.ood_reasons)}
+            for p in preds]
     atomic_write_text(out, json.dumps(rows, indent=1) + "\n")
 
 

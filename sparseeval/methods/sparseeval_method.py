@@ -29,9 +29,9 @@ from sparseeval.methods.proxies import (
 from sparseeval.methods.selection import (
     ImportanceFn,
     RefineResult,
+    break_ceiling,
     center,
     fast_column_means,
-    headroom_anchors,
     items_by_row,
     kmeans_start,
     linear_importance,
@@ -85,7 +85,7 @@ class _SparseEvalBase(AnchorEstimator):
         super().__init__(k, random_state=random_state, device=device)
         if not 0 <= headroom < k:
             raise ValueError(f"headroom must be in [0, k), got {headroom}")
-        #: anchors reserved for telling the strongest training models apart (:func:`headroom_anchors`)
+        #: at most this many anchors are swapped for items that split the ceiling (:func:`break_ceiling`)
         self.headroom = int(headroom)
         self.threads = threads  #: CPU threads of this fit (None: $SPARSEEVAL_THREADS, else every available CPU)
         if start not in ("auto", "kmeans", "random"):
@@ -148,9 +148,8 @@ class _SparseEvalBase(AnchorEstimator):
         importance = self._importance(Yi, s, Yv, sv, dev)
 
         t0 = time.perf_counter()
-        k_sel = self.k - self.headroom  # the rest are headroom anchors, added after refinement
-        starts = {"kmeans": lambda: kmeans_start(Yi, k_sel, self.random_state, rows=self._rows),
-                  "random": lambda: random_anchors(Yi.shape[1], k_sel, self.random_state)}
+        starts = {"kmeans": lambda: kmeans_start(Yi, self.k, self.random_state, rows=self._rows),
+                  "random": lambda: random_anchors(Yi.shape[1], self.k, self.random_state)}
         names = ["kmeans", "random"] if self.start == "auto" else [self.start]
         initial = {name: starts[name]() for name in names}
         t1 = time.perf_counter()
@@ -166,7 +165,7 @@ class _SparseEvalBase(AnchorEstimator):
                for name, res in results.items()}
         chosen = min(val, key=val.__getitem__)
         result = results[chosen]
-        anchors = headroom_anchors(Yi, s, result.anchors, self.headroom, alpha=self.alpha)
+        anchors, swaps = break_ceiling(Yi, s, result.anchors, self.headroom, alpha=self.alpha)
         self._set_anchors(anchors, Yi)
         self.anchor_fill_ = fill[anchors]  # training means of the raw (unimputed) answers
         self._fit_final(Yi[:, anchors], s, Yv[:, anchors], sv, dev)
@@ -179,6 +178,7 @@ class _SparseEvalBase(AnchorEstimator):
             "loo_mse": result.criterion,
             "initial_anchors": initial[chosen].tolist(),
             "history": result.history,
+            "ceiling_swaps": swaps,
         }
         self.timings_ = {"start": t1 - t0, "refinement": t2 - t1, "final_fit": t3 - t2}
         log.debug("%s k=%d: start=%s swaps=%d times=%s", self.method, self.k, chosen,
