@@ -33,8 +33,8 @@ SCALE_FLOOR = 0.0025
 MASKED_ROWS = 4000
 #: random pairs of calibration models for the paired (difference) quantile
 MAX_PAIRS = 20000
-#: fraction of calibration models whose prediction may sit above (below) the "top (bottom) of the
-#: training range" threshold of the extrapolation guard: the share of ordinary models its edge reasons flag
+#: fraction of calibration models whose prediction may sit above the "top of the training range"
+#: threshold of the extrapolation guard: the share of ordinary models that reason flags
 EDGE_FRAC = 0.02
 
 
@@ -232,7 +232,6 @@ def fit_guard(X_train: np.ndarray, s_train: np.ndarray, pred_cal: np.ndarray, *,
     return {
         "score_min": float(s.min()), "score_max": float(s.max()),
         "top_prediction": float(np.quantile(pred_cal, 1.0 - edge_frac)),
-        "bottom_prediction": float(np.quantile(pred_cal, edge_frac)),
         "edge_frac": edge_frac,
         "all_right_frac": float(right.mean()),
         "all_right_max": float(s[right].max()) if right.any() else None,

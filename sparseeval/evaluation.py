@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 #: the methods compared by default (all registered baselines and both SparseEval proxies)
 DEFAULT_METHODS = ("random", "random-linear", "anchor-points", "irt", "p-irt", "gp-irt",
-                   "sparseeval-linear", "sparseeval-mlp")
+                   "sparseeval-linear", "sparseeval-mlp", "sparseeval-headroom")
 
 
 @dataclass

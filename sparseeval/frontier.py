@@ -8,11 +8,15 @@ in words, why it may lie outside what the training models cover:
 
 * ``stronger than every training model``: the prediction is above the training models' best score;
 * ``all anchors right: these anchors cannot tell how much stronger``: every anchor answered right, so
-  the answers look like the best training models' whatever the model's real strength;
+  the answers look like the best training models' whatever the model's real strength (flagged when
+  that is rare among the training models, at most ``EDGE_STATE_MAX`` of them: anchors with headroom,
+  :func:`sparseeval.methods.selection.break_ceiling`);
 * ``at the top of the training range``: the prediction is above nearly all calibration models'
-  (out-of-sample) predictions, where a stronger model would look the same;
-* the mirror images at the bottom (weaker, all anchors wrong), and the answer-pattern distance of
-  :mod:`sparseeval.calibration` (anchor answers unlike the training models').
+  (out-of-sample) predictions (all but :data:`sparseeval.calibration.EDGE_FRAC`), where a stronger
+  model would look the same;
+* the mirror images at the bottom (weaker than every training model, all anchors wrong; not "at the
+  bottom": near-chance models crowd there, and flagging them would flag ordinary models), and the
+  answer-pattern distance of :mod:`sparseeval.calibration` (anchor answers unlike the training models').
 
 The guard's reference figures are computed from training and calibration models only, stored in the
 calibration dict (plain JSON), and read back by every prediction path (``predict``, ``compare``,
@@ -34,11 +38,14 @@ WEAKER = "weaker than every training model"
 ALL_RIGHT = "all anchors right: these anchors cannot tell how much stronger"
 ALL_WRONG = "all anchors wrong: these anchors cannot tell how much weaker"
 AT_TOP = "at the top of the training range: a stronger model would look the same to these anchors"
-AT_BOTTOM = "at the bottom of the training range: a weaker model would look the same to these anchors"
 UNLIKE = "anchor answers unlike the training models'"
+#: "all anchors right" ("wrong") is flagged only when at most this share of the training models answered
+#: so too: when the state is common among training models (a pool whose best models all solve it), the
+#: conformal calibration covers it, and flagging it would flag ordinary models
+EDGE_STATE_MAX = 0.05
 #: reasons saying the model may be beyond the top (compare and next treat them as one-sided)
 UPWARD = (STRONGER, ALL_RIGHT, AT_TOP)
-DOWNWARD = (WEAKER, ALL_WRONG, AT_BOTTOM)
+DOWNWARD = (WEAKER, ALL_WRONG)
 
 
 def _pct(x: float) -> str:
@@ -67,20 +74,17 @@ def reasons(X: np.ndarray, pred: np.ndarray, d2: np.ndarray, ood: dict[str, Any]
             elif pred[i] < guard["score_min"]:
                 why.append(f"{WEAKER} (predicted {_pct(pred[i])} < weakest training score "
                            f"{_pct(guard['score_min'])})")
-            if all_right[i]:
+            if all_right[i] and guard["all_right_frac"] <= EDGE_STATE_MAX:
                 seen = guard["all_right_max"]
                 why.append(f"{ALL_RIGHT} ({_pct(guard['all_right_frac'])} % of the training models also answered "
                            "every anchor right" + (f", scoring up to {_pct(seen)})" if seen is not None else ")"))
-            elif all_wrong[i]:
+            elif all_wrong[i] and guard["all_wrong_frac"] <= EDGE_STATE_MAX:
                 seen = guard["all_wrong_min"]
                 why.append(f"{ALL_WRONG} ({_pct(guard['all_wrong_frac'])} % of the training models also answered "
                            "every anchor wrong" + (f", scoring down to {_pct(seen)})" if seen is not None else ")"))
-            elif pred[i] >= guard["top_prediction"] and not pred[i] > guard["score_max"]:
+            elif guard["top_prediction"] < pred[i] <= guard["score_max"]:
                 why.append(f"{AT_TOP} (predicted {_pct(pred[i])}, above {100 * (1 - guard['edge_frac']):g} % of "
                            "the calibration models' predictions)")
-            elif pred[i] <= guard["bottom_prediction"] and not pred[i] < guard["score_min"]:
-                why.append(f"{AT_BOTTOM} (predicted {_pct(pred[i])}, below {100 * (1 - guard['edge_frac']):g} % "
-                           "of the calibration models' predictions)")
         if d2[i] > ood["threshold"]:
             why.append(f"{UNLIKE} (distance {d2[i]:.1f} > {ood['threshold']:.1f}, the {ood['percentile']:g}th "
                        "percentile of the calibration models')")

@@ -37,7 +37,7 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
             "tasks whose files a Hub source downloads, comma-separated: leaderboard benchmarks (arc, mmlu, bbh, "
             "...), lm-eval task names, or globs of them (toy_*: a group's files carry its subtasks' names); the "
             "aggregate results_*.json always come (default: every result file)"),
-    Setting("SPARSEEVAL_METHOD", "sparseeval-mlp", "anchor method the pipeline publishes"),
+    Setting("SPARSEEVAL_METHOD", "sparseeval-headroom", "anchor method the pipeline publishes"),
     Setting("SPARSEEVAL_K", "20", "anchors per benchmark"),
     Setting("SPARSEEVAL_JOINT_BENCHMARKS", "",
             "benchmarks of the joint predictor, comma-separated (default: every benchmark without a "

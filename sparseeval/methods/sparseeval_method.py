@@ -282,3 +282,21 @@ class SparseEvalMLP(_SparseEvalBase):
         self.model_.load_state_dict(state["state_dict"])
         self.model_.eval()
         self.coef_, self.intercept_, self.ridge_alpha_ = state["coef"], state["intercept"], state["ridge_alpha"]
+
+
+@register("sparseeval-headroom")
+class SparseEvalHeadroom(SparseEvalMLP):
+    """``sparseeval-mlp`` whose anchors keep headroom at the top (:func:`break_ceiling`).
+
+    Up to ``headroom`` (default a quarter of K) of the selected anchors are swapped, one at a time and
+    only while more than 2 % of the training models answer every anchor right, for items that split
+    those ceiling models by score. Why: new models are often stronger than every training model; on
+    anchors the best training models all solve they are all right, and no predictor can tell how much
+    stronger they are (it saturates, silently, at the top of its training range). With headroom, a
+    stronger model still answers some anchors wrong, its prediction keeps rising, and "all anchors right"
+    becomes rare enough for the guard to flag it (:mod:`sparseeval.frontier`). Benchmarks whose anchors
+    have no ceiling problem get exactly ``sparseeval-mlp``'s anchors.
+    """
+
+    def __init__(self, k: int, *, headroom: int | None = None, **params: Any) -> None:
+        super().__init__(k, headroom=k // 4 if headroom is None else headroom, **params)
