@@ -35,13 +35,12 @@ from sparseeval.budget import comparison_plan
 from sparseeval.champion import baseline_mae, crossfit_coverage, decide, mean_guess_mae, refit_on_anchors
 from sparseeval.device import cpu_threads
 from sparseeval.evaluation import (
-    FRONTIER_METRICS,
     fit_on_split,
     frontier_fields,
+    frontier_metrics,
     frontier_selfcheck,
     results_frame,
     run_protocol,
-    selfcheck_figures,
     split_for_seed,
     summarize,
 )
@@ -259,8 +258,8 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
     seconds = time.perf_counter() - t0
     baseline = baseline_mae(matrix, split, k, settings.seed, device=settings.device)
     # the method on models stronger than every model it learned from: its own fitting models, cut at the top
-    frontier = selfcheck_figures(frontier_selfcheck(matrix, np.concatenate([split.train, split.val]), settings.method,
-                                                    k, settings.seed, alpha=settings.alpha, device=settings.device))
+    frontier = frontier_selfcheck(matrix, np.concatenate([split.train, split.val]), settings.method, k, settings.seed,
+                                  alpha=settings.alpha, device=settings.device)
     selected = _fit_version(matrix, split, selected_est, settings, store, "selected", version, baseline, seconds,
                             frontier)
     proposed, challenger, decision = selected, None, "first publication: the selected anchors"
@@ -298,7 +297,7 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
     cover = coverage_by_level(matrix, split, proposed_est, seed=settings.seed)
     run.log_metrics({"test_mae": proposed["mae"], "random_linear_mae": baseline, "coverage": proposed["coverage"],
                      "selection_seconds": seconds, **{f"coverage/level_{lv:g}": v for lv, v in cover.items()},
-                     **{f"frontier/{name}": frontier[name] for name in FRONTIER_METRICS}})
+                     **{f"frontier/{name}": v for name, v in frontier_metrics(frontier).items()}})
     run.set_tags({"decision": decision[:250], "proposed_anchor_set": proposed["anchor_set_id"]})
     with tempfile.TemporaryDirectory() as tmp:
         held = heldout_intervals(matrix, split, proposed_est, alpha=settings.alpha, seed=settings.seed)
@@ -313,7 +312,8 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
         "coverage": proposed["coverage"], "k": k, "method": settings.method, "data_version": version,
         "anchors": dg.MetadataValue.md(_markdown(pl.DataFrame({"position": range(k), "item_id": proposed["items"]}))),
         "selection_seconds": round(seconds, 2), "train_models": len(split.train), "test_models": len(split.test),
-        **{f"frontier_{name}": round(float(frontier[name]), 4) for name in FRONTIER_METRICS},
+        **{f"frontier_{name}": round(v, 4) for name, v in frontier_metrics(frontier).items()},
+        "frontier_note": frontier.get("note", ""),
     })
 
 

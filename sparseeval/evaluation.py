@@ -38,7 +38,7 @@ from sparseeval.methods.joint import (
     restrict_models,
 )
 from sparseeval.metrics import score_metrics
-from sparseeval.splits import FRONTIER_QUANTILE, Split, SplitPolicy, make_split
+from sparseeval.splits import FRONTIER_QUANTILE, Split, SplitPolicy, frontier_cut, make_split
 
 log = logging.getLogger(__name__)
 
@@ -196,41 +196,53 @@ def _calibrated_scores(matrix: ResponseMatrix, split: Split, cal_rows: np.ndarra
 
 #: calibration share of the fitting side in the frontier self-check (as ``sparseeval fit`` holds out)
 SELFCHECK_CALIBRATION = 0.2
-
-
-def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: int, seed: int, *,
-                       quantile: float = FRONTIER_QUANTILE, alpha: float = 0.1, val_frac: float = 0.1,
-                       device: str = "auto", params: dict[str, Any] | None = None) -> EvalResult:
-    """How ``method`` fares on models stronger than every model it learned from, measured on the
-    candidate's *own* fitting models ``rows`` (row indices of ``matrix``): fitted and calibrated on
-    those at or below their ``quantile`` quantile of the score, scored on the stronger rest, with the
-    product's intervals and flags. The candidate's held-out models are never touched, so the figures
-    can gate publication without leaking them; what they say is what happens to the next, stronger
-    model (MAE, bias, coverage, share flagged and silent misses in the :class:`EvalResult`).
-    """
-    sub = matrix.take_models(np.asarray(rows, dtype=np.int64))
-    config = ProtocolConfig(split_policy="frontier", val_frac=val_frac, frontier_quantile=quantile,
-                            calibration_frac=SELFCHECK_CALIBRATION, alpha=alpha)
-    return evaluate_method(sub, split_for_seed(sub, seed, config), method, k, seed, config=config, device=device,
-                           params=params)[0]
-
-
+#: fewer models above the self-check's cut than this: nothing measured (one miss would be 5 % or more)
+MIN_FRONTIER_MODELS = 20
 #: the self-check figures logged as metrics (MLflow ``frontier/<name>``, asset metadata ``frontier_<name>``)
 FRONTIER_METRICS = ("mae", "bias", "coverage", "flagged", "silent_misses")
 
 
+def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: int, seed: int, *,
+                       quantile: float = FRONTIER_QUANTILE, alpha: float = 0.1, val_frac: float = 0.1,
+                       device: str = "auto", params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """How ``method`` fares on models stronger than every model it learned from, measured on the
+    candidate's *own* fitting models ``rows`` (row indices of ``matrix``): fitted and calibrated on
+    those at or below their ``quantile`` quantile of the score, scored on the stronger rest, with the
+    product's intervals and flags. The candidate's held-out models are never touched, so the figures
+    can gate publication without leaking them; they say what happens to the next, stronger model.
+
+    Returns plain JSON (stored in DuckDB, logged to MLflow, published in ``predictor.json``): ``mae``,
+    ``bias`` (points), ``coverage``, ``halfwidth``, ``flagged``, ``silent_misses`` (shares), ``n`` (the
+    stronger models), ``measured``; with fewer than ``MIN_FRONTIER_MODELS`` stronger models only
+    ``measured: False``, ``n`` and a ``note``.
+    """
+    sub = matrix.take_models(np.asarray(rows, dtype=np.int64))
+    n_beyond = int(frontier_cut(sub.scores, quantile)[1].sum())
+    if n_beyond < MIN_FRONTIER_MODELS:
+        return {"measured": False, "n": n_beyond, "quantile": quantile,
+                "note": f"only {n_beyond} of {len(sub.models)} fitting models above the {quantile:g} quantile: "
+                        f"too few to measure (at least {MIN_FRONTIER_MODELS})"}
+    config = ProtocolConfig(split_policy="frontier", val_frac=val_frac, frontier_quantile=quantile,
+                            calibration_frac=SELFCHECK_CALIBRATION, alpha=alpha)
+    r = evaluate_method(sub, split_for_seed(sub, seed, config), method, k, seed, config=config, device=device,
+                        params=params)[0]
+    return {"measured": True, "mae": r.mae, "bias": r.bias, "coverage": r.coverage, "halfwidth": r.halfwidth,
+            "flagged": r.flagged, "silent_misses": r.silent_misses, "n": r.n_test, "n_train": r.n_train,
+            "quantile": quantile, "method": r.method, "k": r.k}
+
+
+def frontier_metrics(figures: dict[str, Any]) -> dict[str, float]:
+    """The self-check's :data:`FRONTIER_METRICS` (none when it measured nothing)."""
+    return {name: float(figures[name]) for name in FRONTIER_METRICS} if figures.get("measured") else {}
+
+
 def frontier_fields(figures: dict[str, Any]) -> dict[str, Any]:
-    """The self-check figures as the anchor set's DuckDB columns (``frontier_*``)."""
+    """The self-check figures as the anchor set's DuckDB columns (``frontier_*``; none when not measured)."""
+    if not figures.get("measured"):
+        return {}
     return {"frontier_mae": figures["mae"], "frontier_bias": figures["bias"], "frontier_coverage": figures["coverage"],
             "frontier_flagged": figures["flagged"], "frontier_silent": figures["silent_misses"],
             "frontier_models": figures["n"]}
-
-
-def selfcheck_figures(result: EvalResult, quantile: float = FRONTIER_QUANTILE) -> dict[str, Any]:
-    """The frontier self-check's figures as stored and published (plain JSON: DuckDB, MLflow, predictor.json)."""
-    return {"mae": result.mae, "bias": result.bias, "coverage": result.coverage, "halfwidth": result.halfwidth,
-            "flagged": result.flagged, "silent_misses": result.silent_misses, "n": result.n_test,
-            "n_train": result.n_train, "quantile": quantile, "method": result.method, "k": result.k}
 
 
 def run_protocol(matrix: ResponseMatrix, methods: Iterable[str], ks: Iterable[int], seeds: Iterable[int], *,

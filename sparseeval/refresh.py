@@ -153,6 +153,11 @@ def frontier_check(frontier: Mapping[str, Mapping[str, Any]] | None, silent_max:
     if frontier is None:
         return Check(name, True, {"silent_max": silent_max, "note": "not measured: no frontier self-check ran "
                                                                     "for this predictor"})
+    unmeasured = {o: f.get("note", "not measured") for o, f in frontier.items() if f.get("measured") is False}
+    frontier = {o: f for o, f in frontier.items() if o not in unmeasured}
+    if not frontier:
+        return Check(name, True, {"silent_max": silent_max, "note": "; ".join(f"{o}: {n}" for o, n in
+                                                                             unmeasured.items())})
     silent = [o for o, f in frontier.items() if not float(f["silent_misses"]) <= silent_max]
     figures = {o: {key: (round(float(v), 4) if isinstance(v, float) else v) for key, v in f.items()}
                for o, f in frontier.items()}
@@ -163,7 +168,9 @@ def frontier_check(frontier: Mapping[str, Mapping[str, Any]] | None, silent_max:
     one = len(frontier) == 1
     return Check(name, not silent, {"silent_max": silent_max, "message": message,
                                     "figures": next(iter(figures.values())) if one else figures,
-                                    **({"silent": silent} if not one else {})})
+                                    **({"silent": silent} if not one else {}),
+                                    **({"note": "; ".join(f"{o}: {n}" for o, n in unmeasured.items())}
+                                       if unmeasured else {})})
 
 
 def checks_json(checks: Sequence[Check]) -> str:

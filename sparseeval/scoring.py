@@ -305,7 +305,7 @@ def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator
 
     The pipeline fits anchors once per benchmark and publishes that same estimator, so the test
     models of its split are the conformal calibration set: the estimator never saw them.
-    ``frontier``: the frontier self-check's figures (:func:`sparseeval.evaluation.selfcheck_figures`),
+    ``frontier``: the frontier self-check's figures (:func:`sparseeval.evaluation.frontier_selfcheck`),
     published with the predictor so its users see how it fares on models stronger than its training models.
     """
     Y = matrix.with_nan()

@@ -227,7 +227,7 @@ def linear_importance(Y: np.ndarray, s: np.ndarray, alpha: float, device: torch.
 #: then "all anchors right" is rare enough to mean "at or beyond the top of the training range"
 CEILING_FRAC = 0.02
 #: the fewest ceiling models worth splitting (fewer: their covariances are noise)
-MIN_CEILING_MODELS = 20
+MIN_CEILING_MODELS = 10
 #: a ceiling breaker must be answered wrong by at least this share of the ceiling models (and right by
 #: as many): an item almost all of them solve (or none) splits nothing
 MIN_SPLIT = 0.1
