@@ -30,7 +30,7 @@ import polars as pl
 
 from sparseeval.commands.evaluate import add_arguments, compare, protocol_config
 from sparseeval.evaluation import DEFAULT_METHODS, EvalResult, results_frame, summarize
-from sparseeval.report import plot_mae_vs_k, print_table, versus_best_baseline
+from sparseeval.report import plot_mae_vs_k, print_table, protocol_markdown, versus_best_baseline
 from sparseeval.sources import open_data
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openllm_v1"
@@ -46,9 +46,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-guard", action="store_true",
                     help="flag by the answer-pattern distance alone, as predictors before the extrapolation guard")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    ap.add_argument("--from-csv", type=Path, nargs="+", metavar="CSV",
+                    help="no runs: summarize these accuracy_runs.csv files (e.g. of runs split across machines)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    if args.from_csv:
+        frame = pl.concat([pl.read_csv(p) for p in args.from_csv], how="diagonal_relaxed")
+        frame.write_csv(args.out / "accuracy_runs.csv")
+    else:
+        frame = results_frame(_run(args))
+    summary = summarize(frame)
+    summary.write_csv(args.out / "accuracy_summary.csv")
+    (args.out / "accuracy_summary.md").write_text(protocol_markdown(summary), encoding="utf-8")
+    _report(args, summary)
+    print(f"\n{frame.height} runs in {time.perf_counter() - t0:.0f} s; wrote {args.out}/accuracy_*.csv, .md and .png")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> list[EvalResult]:
+    """Every protocol of ``--protocols`` on the data, one after the other (same seeds, same methods)."""
     results: list[EvalResult] = []
     with open_data(args.data) as data:
         for policy in [p.strip() for p in args.protocols.split(",") if p.strip()]:
@@ -58,11 +75,14 @@ def main(argv: list[str] | None = None) -> int:
             # write as we go: a long run interrupted still leaves its finished benchmarks
             results += compare(args, data, config=config, on_benchmark=lambda rs, done=done: results_frame(
                 [*done, *rs]).write_csv(args.out / "accuracy_runs.csv"))
-    summary = summarize(results)
-    summary.write_csv(args.out / "accuracy_summary.csv")
-    plot_mae_vs_k(summary.filter(pl.col("split_policy") == "random") if "random" in args.protocols else summary,
-                  args.out / "accuracy_mae_vs_k.png")
+    return results
 
+
+def _report(args: argparse.Namespace, summary: pl.DataFrame) -> None:
+    """The PNG (random protocol) and the printed tables."""
+    policies = summary.get_column("split_policy").unique().sort().to_list()
+    plot_mae_vs_k(summary.filter(pl.col("split_policy") == "random") if "random" in policies else summary,
+                  args.out / "accuracy_mae_vs_k.png")
     interval = [c for c in ("bias_mean", "coverage_mean", "halfwidth_mean", "flagged_mean", "silent_misses_mean")
                 if c in summary.columns]
     table = summary.select(
@@ -73,12 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         pl.col("seconds_mean").round(2).alias("s/run"),
     ).sort("split_policy", "benchmark", "k", "method")
     print_table(table)
-    for policy in summary.get_column("split_policy").unique().sort():
+    for policy in policies:
         print(f"\n{policy}: SparseEval vs the best baseline (target: mae_ratio <= 0.8, tau >= best baseline tau)")
         print_table(versus_best_baseline(summary.filter(pl.col("split_policy") == policy)))
-    print(f"\n{len(results)} runs in {time.perf_counter() - t0:.0f} s; "
-          f"wrote {args.out}/accuracy_*.csv and .png")
-    return 0
 
 
 if __name__ == "__main__":
