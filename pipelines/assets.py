@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import numpy as np
 import polars as pl
 
 from pipelines.partitions import benchmark_of, benchmark_partitions
@@ -33,7 +34,16 @@ from sparseeval.artifact import load_predictor
 from sparseeval.budget import comparison_plan
 from sparseeval.champion import baseline_mae, crossfit_coverage, decide, mean_guess_mae, refit_on_anchors
 from sparseeval.device import cpu_threads
-from sparseeval.evaluation import fit_on_split, results_frame, run_protocol, split_for_seed, summarize
+from sparseeval.evaluation import (
+    fit_on_split,
+    frontier_fields,
+    frontier_metrics,
+    frontier_selfcheck,
+    results_frame,
+    run_protocol,
+    split_for_seed,
+    summarize,
+)
 from sparseeval.hub_sources import HubFetcher
 from sparseeval.matrix import EmptyMatrixError, ResponseMatrix
 from sparseeval.methods.joint import JOINT_METHOD
@@ -154,11 +164,13 @@ def _dates(store: StoreResource, matrix: ResponseMatrix, policy: str) -> list[An
 
 def _fit_version(matrix: ResponseMatrix, split: Any, est: Any, settings: SettingsResource,
                  store: StoreResource, origin: str, version: str, baseline: float,
-                 fit_seconds: float) -> dict[str, Any]:
-    """Calibrate, save as a versioned predictor folder, and write the anchor set once; its scores."""
+                 fit_seconds: float, frontier: dict[str, Any]) -> dict[str, Any]:
+    """Calibrate, save as a versioned predictor folder (with its frontier figures), and write the anchor
+    set once; its scores."""
     db = store.store()
     artifact = artifact_from_fit(matrix, split, est, alpha=settings.alpha, seed=settings.seed,
-                                 models=db.model_metadata(), settings=db.training_settings(matrix.benchmark))
+                                 models=db.model_metadata(), settings=db.training_settings(matrix.benchmark),
+                                 frontier=frontier)
     folder, saved = save_version(artifact, Path(settings.predictor_dir), matrix.benchmark)
     items = [matrix.items[i] for i in est.anchors_]
     mae = saved.calibration["calibration_mae_points"]  # one held-out MAE: the one predictor.json carries
@@ -173,7 +185,7 @@ def _fit_version(matrix: ResponseMatrix, split: Any, est: Any, settings: Setting
                                                  "fit_seconds": round(fit_seconds, 3)},
         artifact_uri=str(folder.resolve()), predictor_hash=saved.content_hash,
         origin=origin, data_version=version, test_mae=mae,
-        baseline_mae=baseline, coverage=coverage)
+        baseline_mae=baseline, coverage=coverage, **frontier_fields(frontier))
     return {"anchor_set_id": anchor_set_id, "folder": str(folder), "mae": mae, "coverage": coverage,
             "items": items, "origin": origin, "content_hash": saved.content_hash}
 
@@ -245,7 +257,11 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
     selected_est = fit_on_split(matrix, split, settings.method, k, settings.seed, device=settings.device)
     seconds = time.perf_counter() - t0
     baseline = baseline_mae(matrix, split, k, settings.seed, device=settings.device)
-    selected = _fit_version(matrix, split, selected_est, settings, store, "selected", version, baseline, seconds)
+    # the method on models stronger than every model it learned from: its own fitting models, cut at the top
+    frontier = frontier_selfcheck(matrix, np.concatenate([split.train, split.val]), settings.method, k, settings.seed,
+                                  alpha=settings.alpha, device=settings.device)
+    selected = _fit_version(matrix, split, selected_est, settings, store, "selected", version, baseline, seconds,
+                            frontier)
     proposed, challenger, decision = selected, None, "first publication: the selected anchors"
     refit_est = None
     if same_setup:
@@ -257,7 +273,7 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
             decision = f"champion cannot be refit ({exc}): the selected anchors are proposed"
         else:
             refit = _fit_version(matrix, split, refit_est, settings, store, "refit", version, baseline,
-                                 time.perf_counter() - t1)
+                                 time.perf_counter() - t1, frontier)
             choice = decide(refit["mae"], selected["mae"], margin=settings.challenger_margin,
                             published_at=champion["published_at"], now=datetime.now(UTC).replace(tzinfo=None),
                             min_days=settings.challenger_min_days)
@@ -271,7 +287,8 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
                                mean_guess={bench: mean_guess_mae(matrix.scores, split)},
                                coverage={bench: proposed["coverage"]}, nominal=1.0 - settings.alpha,
                                tolerance=settings.coverage_tolerance, items=proposed["items"], expected_k=k,
-                               known_items=set(matrix.items))
+                               known_items=set(matrix.items), frontier={bench: frontier},
+                               frontier_silent_max=settings.frontier_silent_max)
     outcome = record_decision(db, bench, fit_key=key, data_version=version, proposed=proposed,
                               challenger=challenger, checks=checks)
     decision += f"; {outcome}"
@@ -279,7 +296,8 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
     proposed_est = selected_est if proposed is selected else refit_est
     cover = coverage_by_level(matrix, split, proposed_est, seed=settings.seed)
     run.log_metrics({"test_mae": proposed["mae"], "random_linear_mae": baseline, "coverage": proposed["coverage"],
-                     "selection_seconds": seconds, **{f"coverage/level_{lv:g}": v for lv, v in cover.items()}})
+                     "selection_seconds": seconds, **{f"coverage/level_{lv:g}": v for lv, v in cover.items()},
+                     **{f"frontier/{name}": v for name, v in frontier_metrics(frontier).items()}})
     run.set_tags({"decision": decision[:250], "proposed_anchor_set": proposed["anchor_set_id"]})
     with tempfile.TemporaryDirectory() as tmp:
         held = heldout_intervals(matrix, split, proposed_est, alpha=settings.alpha, seed=settings.seed)
@@ -294,6 +312,8 @@ def _candidate_fit(context: dg.AssetExecutionContext, matrix: ResponseMatrix, db
         "coverage": proposed["coverage"], "k": k, "method": settings.method, "data_version": version,
         "anchors": dg.MetadataValue.md(_markdown(pl.DataFrame({"position": range(k), "item_id": proposed["items"]}))),
         "selection_seconds": round(seconds, 2), "train_models": len(split.train), "test_models": len(split.test),
+        **{f"frontier_{name}": round(v, 4) for name, v in frontier_metrics(frontier).items()},
+        "frontier_note": frontier.get("note", ""),
     })
 
 

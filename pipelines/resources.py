@@ -108,6 +108,7 @@ class SettingsResource(dg.ConfigurableResource):
     challenger_margin: float = float(defaults.SETTINGS["challenger_margin"].default)
     challenger_min_days: float = float(defaults.SETTINGS["challenger_min_days"].default)
     coverage_tolerance: float = float(defaults.SETTINGS["coverage_tolerance"].default)
+    frontier_silent_max: float = float(defaults.SETTINGS["frontier_silent_max"].default)
     predictor_dir: str = "data/predictors"
     joint_benchmarks: str = ""  #: benchmarks of the joint predictor ("" every plain one, "none" off)
 
@@ -120,7 +121,7 @@ class SettingsResource(dg.ConfigurableResource):
         return {"k": self.k, "method": self.method, "seed": self.seed, "val_frac": self.val_frac,
                 "test_frac": self.test_frac, "split_policy": self.split_policy, "alpha": self.alpha,
                 "coverage_tolerance": self.coverage_tolerance, "challenger_margin": self.challenger_margin,
-                "challenger_min_days": self.challenger_min_days}
+                "challenger_min_days": self.challenger_min_days, "frontier_silent_max": self.frontier_silent_max}
 
     def comparison_settings(self) -> dict[str, Any]:
         """Every setting that changes the comparison (its key); the budget decides which of its cells run."""
@@ -164,6 +165,7 @@ def default_resources() -> dict[str, Any]:
             challenger_min_days=float(defaults.SETTINGS["challenger_min_days"].get()),
             coverage_tolerance=float(defaults.SETTINGS["coverage_tolerance"].get()),
             compare_budget_s=float(defaults.SETTINGS["compare_budget_s"].get()),
+            frontier_silent_max=float(defaults.SETTINGS["frontier_silent_max"].get()),
         ),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }
