@@ -119,6 +119,7 @@ class SettingsResource(dg.ConfigurableResource):
     challenger_margin: float = _FIT.challenger_margin
     challenger_min_days: float = _FIT.challenger_min_days
     coverage_tolerance: float = _FIT.coverage_tolerance
+    frontier_silent_max: float = _FIT.frontier_silent_max
     predictor_dir: str = "data/predictors"
     joint_benchmarks: str = ""  #: benchmarks of the joint predictor ("" every plain one, "none" off)
 
@@ -127,7 +128,8 @@ class SettingsResource(dg.ConfigurableResource):
         return FitSettings(k=self.k, method=self.method, seed=self.seed, val_frac=self.val_frac,
                            test_frac=self.test_frac, split_policy=self.split_policy, alpha=self.alpha,
                            coverage_tolerance=self.coverage_tolerance, challenger_margin=self.challenger_margin,
-                           challenger_min_days=self.challenger_min_days, device=self.device,
+                           challenger_min_days=self.challenger_min_days,
+                           frontier_silent_max=self.frontier_silent_max, device=self.device,
                            joint_benchmarks=self.joint_benchmarks)
 
     def comparison(self) -> ComparisonSettings:
@@ -177,6 +179,7 @@ def default_resources() -> dict[str, Any]:
             coverage_tolerance=float(defaults.SETTINGS["coverage_tolerance"].get()),
             compare_new_share=float(defaults.SETTINGS["compare_new_share"].get()),
             compare_budget_s=float(defaults.SETTINGS["compare_budget_s"].get()),
+            frontier_silent_max=float(defaults.SETTINGS["frontier_silent_max"].get()),
         ),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }

@@ -109,12 +109,16 @@ class NextStep:
 
 def next_anchors(artifact: PredictorArtifact, models: list[str], X: np.ndarray, halfwidths: np.ndarray | None,
                  predicted: np.ndarray | None, *, batch: int = 10,
-                 target_width: float | None = None) -> list[NextStep]:
+                 target_width: float | None = None,
+                 flags: list[tuple[str, ...]] | None = None) -> list[NextStep]:
     """The next ``batch`` anchors (in the artifact's order, never one already answered) per model,
     or ``done`` when its half-width is at most ``target_width`` (in [0, 1] units) or all are answered.
 
     ``X``: answers per model (NaN = not answered); ``halfwidths``/``predicted``: the current interval
-    half-width and prediction per model (NaN for a model with nothing answered).
+    half-width and prediction per model (NaN for a model with nothing answered); ``flags``: the
+    guard's reasons per model (:mod:`sparseeval.frontier`). A flagged model is never done early: its
+    interval may not hold, so a narrow one meets no target; it runs the next anchors, and the reason says
+    why.
     """
     if batch < 1:
         raise UsageError(f"batch must be at least 1, got {batch}")
@@ -126,8 +130,12 @@ def next_anchors(artifact: PredictorArtifact, models: list[str], X: np.ndarray, 
         half = None if halfwidths is None or np.isnan(halfwidths[i]) else float(halfwidths[i])
         pred = None if predicted is None or np.isnan(predicted[i]) else float(predicted[i])
         todo = [p for p in order if not answered[p]]
+        why = flags[i] if flags is not None else ()
         if not todo:
-            reason, nxt = "all anchors answered", []
+            reason, nxt = "all anchors answered" + (f"; flagged: {why[0]}" if why else ""), []
+        elif why and target_width is not None and half is not None and half <= target_width:
+            nxt = todo[:batch]
+            reason = f"half-width {100 * half:.2f} points meets the target, but flagged: {why[0]}"
         elif target_width is not None and half is not None and half <= target_width:
             reason, nxt = f"target met: half-width {100 * half:.2f} <= {100 * target_width:.2f} points", []
         else:

@@ -32,6 +32,9 @@ SCALE_FLOOR = 0.0025
 MASKED_ROWS = 4000
 #: random pairs of calibration models for the paired (difference) quantile
 MAX_PAIRS = 20000
+#: fraction of calibration models whose prediction may sit above the "top of the training range"
+#: threshold of the extrapolation guard: the share of ordinary models that reason flags
+EDGE_FRAC = 0.02
 
 
 def conformal_quantile(scores: np.ndarray, alpha: float) -> float:
@@ -217,9 +220,31 @@ def _imputer(ood: dict[str, Any], cache: dict[bytes, np.ndarray] | None):
     return impute_rows
 
 
+def fit_guard(X_train: np.ndarray, s_train: np.ndarray, pred_cal: np.ndarray, *,
+              edge_frac: float = EDGE_FRAC) -> dict[str, Any]:
+    """The guard's reference figures from the training models' anchor answers ``X_train`` (NaN =
+    not answered) and scores ``s_train``, and the calibration models' out-of-sample predictions
+    ``pred_cal`` (the edge thresholds must come from predictions the estimator did not fit)."""
+    X = np.asarray(X_train, dtype=np.float64)
+    s = np.asarray(s_train, dtype=np.float64)
+    answered = ~np.isnan(X)
+    right = np.all(~answered | (X >= 1.0), axis=1) & answered.any(axis=1)
+    wrong = np.all(~answered | (X <= 0.0), axis=1) & answered.any(axis=1)
+    pred_cal = np.asarray(pred_cal, dtype=np.float64)
+    return {
+        "score_min": float(s.min()), "score_max": float(s.max()),
+        "top_prediction": float(np.quantile(pred_cal, 1.0 - edge_frac)),
+        "edge_frac": edge_frac,
+        "all_right_frac": float(right.mean()),
+        "all_right_max": float(s[right].max()) if right.any() else None,
+        "all_wrong_frac": float(wrong.mean()),
+        "all_wrong_min": float(s[wrong].min()) if wrong.any() else None,
+    }
+
+
 def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, X_train: np.ndarray, *,
               alpha: float = 0.1, seed: int = 0, ood_percentile: float = 99.0,
-              cache: dict[bytes, np.ndarray] | None = None) -> dict[str, Any]:
+              cache: dict[bytes, np.ndarray] | None = None, s_train: np.ndarray | None = None) -> dict[str, Any]:
     """Calibrate intervals and the OOD threshold of a fitted ``estimator``.
 
     ``X_cal``/``s_cal``: anchor answers (in anchor order) and true scores of calibration models
@@ -228,6 +253,8 @@ def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, 
     quantile per number of missing anchors (0 .. k // 2, non-decreasing, from random masks), the
     paired quantile per missing count, the OOD mean/covariance/threshold, and the calibration
     models' anchor answers and scores (for exact per-pattern recalibration in :func:`halfwidths`).
+    ``s_train``: the training models' scores; with them the extrapolation guard (:func:`fit_guard`)
+    is stored too, under ``frontier``.
     """
     X_cal = np.asarray(X_cal, dtype=np.float32)
     s_cal = np.asarray(s_cal, dtype=np.float64)
@@ -260,7 +287,8 @@ def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, 
     cal_d2 = ood_scores(X_cal, ood)
     ood["threshold"] = float(np.percentile(cal_d2, ood_percentile))
     ood["percentile"] = ood_percentile
-    return {
+    guard = {} if s_train is None else {"frontier": fit_guard(X_train, s_train, pred_full)}
+    return guard | {
         "alpha": alpha,
         "mode": mode,
         "scale_floor": SCALE_FLOOR,

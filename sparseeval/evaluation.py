@@ -4,6 +4,12 @@ For each seed one split of *models* is drawn (random, by family or by date); eve
 every K is fitted on that seed's training models (validation models for early stopping and
 hyper-parameter choices) and scored on its test models, which ``fit`` never receives. Different
 seeds give different splits and different initialisations, so the spread over seeds is honest.
+
+With ``calibration_frac`` the protocol also runs the product's interval path: that share of the
+fitting side (never the test models) is held out of fitting as conformal calibration models, and each
+test model gets its interval and the extrapolation guard's flags (:mod:`sparseeval.frontier`), as
+``sparseeval fit`` then ``sparseeval predict`` would give it. Under a ``frontier`` split the test
+models are the ones stronger than every fitting and calibration model: the protocol for new models.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from sparseeval import calibration as cal
+from sparseeval.frontier import guarded_predictions, interval_figures
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods import AnchorEstimator, make_estimator
 from sparseeval.methods.joint import (
@@ -30,13 +38,13 @@ from sparseeval.methods.joint import (
     restrict_models,
 )
 from sparseeval.metrics import score_metrics
-from sparseeval.splits import Split, SplitPolicy, make_split
+from sparseeval.splits import FRONTIER_QUANTILE, Split, SplitPolicy, frontier_cut, make_split
 
 log = logging.getLogger(__name__)
 
 #: the methods compared by default (all registered baselines and both SparseEval proxies)
 DEFAULT_METHODS = ("random", "random-linear", "anchor-points", "irt", "p-irt", "gp-irt",
-                   "sparseeval-linear", "sparseeval-mlp")
+                   "sparseeval-linear", "sparseeval-mlp", "sparseeval-headroom")
 
 
 @dataclass
@@ -58,13 +66,25 @@ class EvalResult:
     n_test: int
     anchors: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    # measured only with a calibration share (ProtocolConfig.calibration_frac): None otherwise
+    bias: float | None = None  #: mean of predicted - true, points
+    coverage: float | None = None  #: share of test models inside their conformal interval
+    halfwidth: float | None = None  #: mean interval half-width, points
+    flagged: float | None = None  #: share of test models flagged (OOD reasons)
+    silent_misses: float | None = None  #: share outside their interval and not flagged
+    n_cal: int | None = None
 
     def row(self) -> dict[str, Any]:
-        """Flat record without the anchor list and details (for tables, JSON and DuckDB)."""
+        """Flat record without the anchor list and details (for tables, JSON and DuckDB); the interval
+        figures only when they were measured."""
         out = asdict(self)
         out.pop("anchors")
         out.pop("details")
-        return out
+        return {key: v for key, v in out.items() if key not in INTERVAL_FIELDS or v is not None}
+
+
+#: the fields of :class:`EvalResult` measured only with a calibration share
+INTERVAL_FIELDS = ("bias", "coverage", "halfwidth", "flagged", "silent_misses", "n_cal")
 
 
 @dataclass(frozen=True)
@@ -73,14 +93,35 @@ class ProtocolConfig:
 
     split_policy: SplitPolicy = "random"
     val_frac: float = 0.1
-    test_frac: float = 0.2
+    test_frac: float = 0.2  #: ignored by the frontier policies (their test share is 1 - frontier_quantile)
+    frontier_quantile: float = FRONTIER_QUANTILE
+    #: share of the fitting side held out as conformal calibration models (0: point predictions only)
+    calibration_frac: float = 0.0
+    alpha: float = 0.1  #: interval miscoverage when calibrating
+    #: flag with the extrapolation guard's reasons too (False: the answer-pattern distance alone, as
+    #: predictors calibrated before the guard existed: the "before" figures)
+    guard: bool = True
 
 
 def split_for_seed(matrix: ResponseMatrix, seed: int, config: ProtocolConfig,
                    dates: Sequence[Any] | None = None) -> Split:
     """The split of ``matrix``'s models used by every method for ``seed``."""
     return make_split(matrix.models, policy=config.split_policy, val_frac=config.val_frac,
-                      test_frac=config.test_frac, seed=seed, dates=dates)
+                      test_frac=config.test_frac, seed=seed, dates=dates, scores=matrix.scores,
+                      frontier_quantile=config.frontier_quantile)
+
+
+def calibration_split(models: Sequence[str], split: Split, frac: float, seed: int) -> tuple[Split, np.ndarray]:
+    """(the split with ``frac`` of its fitting side (training + validation models) moved out of training,
+    those calibration rows): the models a conformal calibration sees and the estimator never does.
+    Drawn from the training side only, with spellings of one model kept together; test untouched."""
+    n_fit = len(split.train) + len(split.val)
+    share = frac * n_fit / max(len(split.train), 1)
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"calibration_frac {frac} leaves no training models")
+    inner = make_split([models[i] for i in split.train], policy="random", val_frac=0.0, test_frac=share,
+                       seed=seed + 7907)
+    return Split(split.train[inner.train], split.val, split.test), split.train[inner.test]
 
 
 def split_rows(matrix: ResponseMatrix, split: Split) -> tuple[np.ndarray, np.ndarray | None]:
@@ -118,9 +159,17 @@ def evaluate_method(matrix: ResponseMatrix, split: Split, method: str, k: int, s
     ``fitted``: (estimator, seconds its fit took) already fitted with exactly this (method, k, seed)
     on this split (the pipeline's published fit), scored instead of fitting the costliest cell twice."""
     t0 = time.perf_counter() - (fitted[1] if fitted is not None else 0.0)
-    est = fitted[0] if fitted is not None else fit_on_split(matrix, split, method, k, seed, device=device,
-                                                            params=params, rows=rows)
-    pred = score_on_split(matrix, split, est)
+    figures: dict[str, Any] = {}
+    if config.calibration_frac > 0:
+        if fitted is not None:
+            raise ValueError("a fit made without holding out calibration models cannot be calibrated")
+        split, cal_rows = calibration_split(matrix.models, split, config.calibration_frac, seed)
+        est = fit_on_split(matrix, split, method, k, seed, device=device, params=params)  # its own rows
+        pred, figures = _calibrated_scores(matrix, split, cal_rows, est, config.alpha, seed, guard=config.guard)
+    else:
+        est = fitted[0] if fitted is not None else fit_on_split(matrix, split, method, k, seed, device=device,
+                                                                params=params, rows=rows)
+        pred = score_on_split(matrix, split, est)
     seconds = time.perf_counter() - t0
     m = score_metrics(pred, matrix.scores[split.test])
     details: dict[str, Any] = {}
@@ -133,9 +182,77 @@ def evaluate_method(matrix: ResponseMatrix, split: Split, method: str, k: int, s
         benchmark=matrix.benchmark, method=method, k=k, seed=seed, split_policy=config.split_policy,
         mae=m.mae, tau=m.tau, rho=m.rho, max_error=m.max_error, seconds=seconds,
         n_train=len(split.train), n_val=len(split.val), n_test=len(split.test),
-        anchors=[matrix.items[i] for i in est.anchors_], details=details,
+        anchors=[matrix.items[i] for i in est.anchors_], details=details, **figures,
     )
     return result, est
+
+
+def _calibrated_scores(matrix: ResponseMatrix, split: Split, cal_rows: np.ndarray, est: AnchorEstimator,
+                       alpha: float, seed: int, *, guard: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
+    """Calibrate ``est`` on ``cal_rows`` and predict the test models as ``predict`` would (intervals,
+    flags): the predictions and the interval figures of :class:`EvalResult`."""
+    assert est.anchors_ is not None
+    def anchors_of(rows: np.ndarray) -> np.ndarray:  # the anchor columns only: no copy of the whole matrix
+        return matrix.with_nan_at(rows, est.anchors_)
+
+    s = matrix.scores.astype(np.float64)
+    calibration = cal.calibrate(est, anchors_of(cal_rows), s[cal_rows], anchors_of(split.train), alpha=alpha,
+                                seed=seed, s_train=s[split.train] if guard else None)
+    g = guarded_predictions(est, calibration, anchors_of(split.test))
+    f = interval_figures(g, s[split.test])
+    return g.pred, {"bias": f.bias, "coverage": f.coverage, "halfwidth": f.halfwidth, "flagged": f.flagged,
+                    "silent_misses": f.silent_misses, "n_cal": len(cal_rows)}
+
+
+#: calibration share of the fitting side in the frontier self-check (as ``sparseeval fit`` holds out)
+SELFCHECK_CALIBRATION = 0.2
+#: fewer models above the self-check's cut than this: nothing measured (one miss would be 5 % or more)
+MIN_FRONTIER_MODELS = 20
+#: the self-check figures logged as metrics (MLflow ``frontier/<name>``, asset metadata ``frontier_<name>``)
+FRONTIER_METRICS = ("mae", "bias", "coverage", "flagged", "silent_misses")
+
+
+def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: int, seed: int, *,
+                       quantile: float = FRONTIER_QUANTILE, alpha: float = 0.1, val_frac: float = 0.1,
+                       device: str = "auto", params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """How ``method`` fares on models stronger than every model it learned from, measured on the
+    candidate's *own* fitting models ``rows`` (row indices of ``matrix``): fitted and calibrated on
+    those at or below their ``quantile`` quantile of the score, scored on the stronger rest, with the
+    product's intervals and flags. The candidate's held-out models are never touched, so the figures
+    can gate publication without leaking them; they say what happens to the next, stronger model.
+
+    Returns plain JSON (stored in DuckDB, logged to MLflow, published in ``predictor.json``): ``mae``,
+    ``bias`` (points), ``coverage``, ``halfwidth``, ``flagged``, ``silent_misses`` (shares), ``n`` (the
+    stronger models), ``measured``; with fewer than ``MIN_FRONTIER_MODELS`` stronger models only
+    ``measured: False``, ``n`` and a ``note``.
+    """
+    sub = matrix.take_models(np.asarray(rows, dtype=np.int64))
+    n_beyond = int(frontier_cut(sub.scores, quantile)[1].sum())
+    if n_beyond < MIN_FRONTIER_MODELS:
+        return {"measured": False, "n": n_beyond, "quantile": quantile,
+                "note": f"only {n_beyond} of {len(sub.models)} fitting models above the {quantile:g} quantile: "
+                        f"too few to measure (at least {MIN_FRONTIER_MODELS})"}
+    config = ProtocolConfig(split_policy="frontier", val_frac=val_frac, frontier_quantile=quantile,
+                            calibration_frac=SELFCHECK_CALIBRATION, alpha=alpha)
+    r = evaluate_method(sub, split_for_seed(sub, seed, config), method, k, seed, config=config, device=device,
+                        params=params)[0]
+    return {"measured": True, "mae": r.mae, "bias": r.bias, "coverage": r.coverage, "halfwidth": r.halfwidth,
+            "flagged": r.flagged, "silent_misses": r.silent_misses, "n": r.n_test, "n_train": r.n_train,
+            "quantile": quantile, "method": r.method, "k": r.k}
+
+
+def frontier_metrics(figures: dict[str, Any]) -> dict[str, float]:
+    """The self-check's :data:`FRONTIER_METRICS` (none when it measured nothing)."""
+    return {name: float(figures[name]) for name in FRONTIER_METRICS} if figures.get("measured") else {}
+
+
+def frontier_fields(figures: dict[str, Any]) -> dict[str, Any]:
+    """The self-check figures as the anchor set's DuckDB columns (``frontier_*``; none when not measured)."""
+    if not figures.get("measured"):
+        return {}
+    return {"frontier_mae": figures["mae"], "frontier_bias": figures["bias"], "frontier_coverage": figures["coverage"],
+            "frontier_flagged": figures["flagged"], "frontier_silent": figures["silent_misses"],
+            "frontier_models": figures["n"]}
 
 
 def run_protocol(matrix: ResponseMatrix, methods: Iterable[str], ks: Iterable[int], seeds: Iterable[int], *,
@@ -181,11 +298,11 @@ def results_frame(results: Iterable[EvalResult]) -> pl.DataFrame:
 
 
 def summarize(results: Iterable[EvalResult] | pl.DataFrame) -> pl.DataFrame:
-    """Mean and standard deviation over seeds per (benchmark, method, k), best MAE first."""
+    """Mean and standard deviation over seeds per (benchmark, method, k, split policy), best MAE first."""
     df = results if isinstance(results, pl.DataFrame) else results_frame(results)
-    metrics = ("mae", "tau", "rho", "max_error", "seconds")
+    metrics = ("mae", "tau", "rho", "max_error", "seconds", *[f for f in INTERVAL_FIELDS[:-1] if f in df.columns])
     return (
-        df.group_by("benchmark", "method", "k")
+        df.group_by("benchmark", "method", "k", *(["split_policy"] if "split_policy" in df.columns else []))
         .agg(pl.len().alias("seeds"),
              *[pl.col(m).mean().alias(f"{m}_mean") for m in metrics],
              *[pl.col(m).std().alias(f"{m}_sd") for m in metrics])
@@ -255,7 +372,8 @@ def run_joint_protocol(matrices: Sequence[ResponseMatrix], methods: Iterable[str
 
     for seed in seeds:
         split = make_split(models, policy=config.split_policy, val_frac=config.val_frac,
-                           test_frac=config.test_frac, seed=seed, dates=dates)
+                           test_frac=config.test_frac, seed=seed, dates=dates, scores=data.S.mean(axis=1),
+                           frontier_quantile=config.frontier_quantile)
         for k in ks:
             for method in methods:
                 params = (method_params or {}).get(method)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparseeval.artifact import FORMAT_VERSION
+from sparseeval.settings import SETTINGS
 
 #: the checks a proposal must pass before it may be published, and what each asks
 PUBLISH_CHECKS: dict[str, str] = {
@@ -30,7 +31,15 @@ PUBLISH_CHECKS: dict[str, str] = {
                         "score, for every output: a predictor without skill (answers unrelated to the scores, "
                         "as in a broken re-run) is never published",
     "anchors_valid": "the anchors are K distinct items of the benchmark(s)",
+    "frontier_misses_flagged": "on a frontier split of the candidate's own fitting models (fitted on the weakest 90 %, "
+                               "scored on the strongest 10 %), at most FRONTIER_SILENT_MAX of those stronger models "
+                               "fall outside their interval without being flagged (the interval's own miscoverage "
+                               "counts in it): a predictor that saturates at the top of its training range says so, "
+                               "or is not published",
 }
+
+#: the default bar of ``frontier_misses_flagged`` (the setting's default; the pipeline passes the setting)
+FRONTIER_SILENT_MAX = float(SETTINGS["frontier_silent_max"].default)
 
 #: the least skill a published predictor must show over guessing the mean score (a fraction of its MAE)
 MIN_SKILL = 0.1
@@ -101,10 +110,15 @@ class Check:
 
 def publishing_checks(*, mae: Mapping[str, float], baseline: Mapping[str, float], mean_guess: Mapping[str, float],
                       coverage: Mapping[str, float | None], nominal: float, tolerance: float,
-                      items: Sequence[str], expected_k: int, known_items: set[str]) -> list[Check]:
+                      items: Sequence[str], expected_k: int, known_items: set[str],
+                      frontier: Mapping[str, Mapping[str, Any]] | None = None,
+                      frontier_silent_max: float = FRONTIER_SILENT_MAX) -> list[Check]:
     """The checks of :data:`PUBLISH_CHECKS` over every output (one benchmark, or each benchmark and the
     mean of a joint predictor). ``mean_guess``: the held-out MAE of guessing the training mean. A
-    coverage of None (too few held-out models to measure) does not fail the check but says so."""
+    coverage of None (too few held-out models to measure) does not fail the check but says so.
+    ``frontier``: per output, the frontier self-check's figures (``silent_misses``, ``mae``, ``bias``,
+    ``coverage``, ``flagged``, ``n``; :func:`sparseeval.evaluation.frontier_selfcheck`); None when it was
+    not run (the joint predictor), which passes with a note saying so."""
     outputs = list(mae)
     worse = [o for o in outputs if mae[o] > baseline[o]]
     unskilled = [o for o in outputs if not mae[o] <= (1.0 - MIN_SKILL) * mean_guess[o]]
@@ -129,7 +143,35 @@ def publishing_checks(*, mae: Mapping[str, float], baseline: Mapping[str, float]
                                                  if unmeasured else ""}),
         Check("anchors_valid", valid, {"k": expected_k, "items": len(items), "unique": len(set(items)),
                                        "unknown": len(set(items) - known_items)}),
+        frontier_check(frontier, frontier_silent_max),
     ]
+
+
+def frontier_check(frontier: Mapping[str, Mapping[str, Any]] | None, silent_max: float) -> Check:
+    """``frontier_misses_flagged``: every output's frontier silent-miss share at most ``silent_max``; the
+    message carries the numbers (share silent, MAE, bias, coverage, share flagged, models)."""
+    name = "frontier_misses_flagged"
+    if frontier is None:
+        return Check(name, True, {"silent_max": silent_max, "note": "not measured: no frontier self-check ran "
+                                                                    "for this predictor"})
+    unmeasured = {o: f.get("note", "not measured") for o, f in frontier.items() if f.get("measured") is False}
+    frontier = {o: f for o, f in frontier.items() if o not in unmeasured}
+    if not frontier:
+        return Check(name, True, {"silent_max": silent_max, "note": "; ".join(f"{o}: {n}" for o, n in
+                                                                             unmeasured.items())})
+    silent = [o for o, f in frontier.items() if not float(f["silent_misses"]) <= silent_max]
+    figures = {o: {key: (round(float(v), 4) if isinstance(v, float) else v) for key, v in f.items()}
+               for o, f in frontier.items()}
+    message = "; ".join(
+        f"{o}: {100 * float(f['silent_misses']):.1f} % of {f['n']} stronger models missed silently "
+        f"(max {100 * silent_max:g} %), MAE {float(f['mae']):.2f} points, bias {float(f['bias']):+.2f}, "
+        f"coverage {float(f['coverage']):.3f}, flagged {100 * float(f['flagged']):.1f} %" for o, f in frontier.items())
+    one = len(frontier) == 1
+    return Check(name, not silent, {"silent_max": silent_max, "message": message,
+                                    "figures": next(iter(figures.values())) if one else figures,
+                                    **({"silent": silent} if not one else {}),
+                                    **({"note": "; ".join(f"{o}: {n}" for o, n in unmeasured.items())}
+                                       if unmeasured else {})})
 
 
 def checks_json(checks: Sequence[Check]) -> str:

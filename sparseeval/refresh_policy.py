@@ -71,6 +71,9 @@ from sparseeval.evaluation import (
     evaluate_joint,
     evaluate_per_benchmark,
     fit_on_split,
+    frontier_fields,
+    frontier_metrics,
+    frontier_selfcheck,
     results_frame,
     split_for_seed,
 )
@@ -121,6 +124,7 @@ class FitSettings:
     coverage_tolerance: float = float(defaults.SETTINGS["coverage_tolerance"].default)
     challenger_margin: float = float(defaults.SETTINGS["challenger_margin"].default)
     challenger_min_days: float = float(defaults.SETTINGS["challenger_min_days"].default)
+    frontier_silent_max: float = float(defaults.SETTINGS["frontier_silent_max"].default)
     device: str = "auto"
     #: the joint predictor's benchmarks ("" every plain one, "none" off)
     joint_benchmarks: str = ""
@@ -132,7 +136,8 @@ class FitSettings:
         return cls(k=int(get["k"]), method=get["method"], seed=int(get["seed"]), alpha=float(get["alpha"]),
                    coverage_tolerance=float(get["coverage_tolerance"]),
                    challenger_margin=float(get["challenger_margin"]),
-                   challenger_min_days=float(get["challenger_min_days"]), device=get["device"],
+                   challenger_min_days=float(get["challenger_min_days"]),
+                   frontier_silent_max=float(get["frontier_silent_max"]), device=get["device"],
                    joint_benchmarks=get["joint_benchmarks"])
 
     def key_settings(self) -> dict[str, Any]:
@@ -140,7 +145,7 @@ class FitSettings:
         return {"k": self.k, "method": self.method, "seed": self.seed, "val_frac": self.val_frac,
                 "test_frac": self.test_frac, "split_policy": self.split_policy, "alpha": self.alpha,
                 "coverage_tolerance": self.coverage_tolerance, "challenger_margin": self.challenger_margin,
-                "challenger_min_days": self.challenger_min_days}
+                "challenger_min_days": self.challenger_min_days, "frontier_silent_max": self.frontier_silent_max}
 
     def joint_key_settings(self, benchmarks: Sequence[str] | None = None) -> dict[str, Any]:
         """The joint predictor's fit key settings: a benchmark's, its benchmark setting and, once
@@ -188,6 +193,8 @@ class Proposal:
     items: list[str]
     expected_k: int
     known_items: set[str]
+    #: per output, the frontier self-check's figures (None: not run, as for the joint predictor)
+    frontier: dict[str, dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -325,7 +332,8 @@ def proposal_checks(proposal: Proposal, settings: FitSettings) -> list[Check]:
     return publishing_checks(mae=proposal.mae, baseline=proposal.baseline, mean_guess=proposal.mean_guess,
                              coverage=proposal.coverage, nominal=1.0 - settings.alpha,
                              tolerance=settings.coverage_tolerance, items=proposal.items,
-                             expected_k=proposal.expected_k, known_items=proposal.known_items)
+                             expected_k=proposal.expected_k, known_items=proposal.known_items,
+                             frontier=proposal.frontier, frontier_silent_max=settings.frontier_silent_max)
 
 
 # --- a benchmark: its champion first, then its challenger -------------------------------------------
@@ -383,6 +391,7 @@ class _BenchmarkPhase:
         self.key = fit_key(self.version, settings.key_settings())
         self.settings = settings
         self.baseline: float | None = None
+        self.frontier: dict[str, Any] | None = None
 
     def run_params(self) -> dict[str, Any]:
         s = self.settings
@@ -403,29 +412,36 @@ class _BenchmarkPhase:
         matrix, s, split = self.matrix, self.settings, self.split
         fitted = save.obtain("selected", None, lambda: fit_on_split(matrix, split, s.method, self.k, s.seed,
                                                                     device=s.device))
-        self._bar(save)
+        self._bars(save, ctx)
         return save.save("selected", *fitted)
 
-    def _bar(self, save: _CandidateSaver) -> None:
-        """The random-linear bar on the split (once: both candidates of a phase share it)."""
+    def _bars(self, save: _CandidateSaver, ctx: _Context) -> None:
+        """The random-linear bar on the split and the frontier self-check (once: both candidates of a
+        phase share them; the frontier figures once per fit key, as both phases measure the same method,
+        K and seed on the same split's fitting models)."""
+        s = self.settings
         if self.baseline is None:
-            s = self.settings
             self.baseline = baseline_mae(self.matrix, self.split, self.k, s.seed, device=s.device)
-        save.baseline = self.baseline
+        if self.frontier is None:
+            self.frontier = _stored_frontier(ctx.store, self.name, self.key) or frontier_selfcheck(
+                self.matrix, np.concatenate([self.split.train, self.split.val]), s.method, self.k, s.seed,
+                alpha=s.alpha, device=s.device)
+        save.baseline, save.frontier = self.baseline, self.frontier
 
     def _proposal(self, proposed: Candidate, challenger: Candidate | None, reason: str) -> Proposal:
         b = self.name
         return Proposal(proposed=proposed, challenger=challenger, reason=reason, mae={b: proposed.mae},
                         baseline={b: self.baseline}, mean_guess={b: mean_guess_mae(self.matrix.scores, self.split)},
                         coverage={b: proposed.coverage}, items=proposed.items, expected_k=self.k,
-                        known_items=set(self.matrix.items))
+                        known_items=set(self.matrix.items), frontier={b: self.frontier or {}})
 
     def report(self, ctx: _Context, run: TrackedRun, proposal: Proposal, decision: str) -> dict[str, Any]:
         matrix, s, split, proposed = self.matrix, self.settings, self.split, proposal.proposed
         cover = coverage_by_level(matrix, split, proposed.estimator, seed=s.seed)
         run.log_metrics({"test_mae": proposed.mae, "random_linear_mae": self.baseline, "coverage": proposed.coverage,
                          "selection_seconds": proposed.fit_seconds,
-                         **{f"coverage/level_{lv:g}": v for lv, v in cover.items()}})
+                         **{f"coverage/level_{lv:g}": v for lv, v in cover.items()},
+                         **{f"frontier/{name}": v for name, v in frontier_metrics(self.frontier or {}).items()}})
         with tempfile.TemporaryDirectory() as tmp:
             held = heldout_intervals(matrix, split, proposed.estimator, alpha=s.alpha, seed=s.seed)
             run.log_artifact(plot_predicted_vs_true(held, Path(tmp) / "predicted_vs_true.png",
@@ -436,7 +452,9 @@ class _BenchmarkPhase:
                 "coverage": proposed.coverage, "k": self.k, "method": s.method, "origin": proposed.origin,
                 "anchors": proposed.items, "selection_seconds": round(proposed.fit_seconds, 2),
                 "train_models": len(split.train), "test_models": len(split.test),
-                "reused_fits": [c.origin for c in (proposal.proposed, proposal.challenger) if c and c.reused]}
+                "reused_fits": [c.origin for c in (proposal.proposed, proposal.challenger) if c and c.reused],
+                **{f"frontier_{name}": round(v, 4) for name, v in frontier_metrics(self.frontier or {}).items()},
+                "frontier_note": (self.frontier or {}).get("note", "")}
 
 
 class _Champion(_BenchmarkPhase):
@@ -458,7 +476,7 @@ class _Champion(_BenchmarkPhase):
         except ValueError as exc:
             return self._proposal(self._select(save, ctx), None,
                                   f"champion cannot be refit ({exc}): the selected anchors are proposed")
-        self._bar(save)
+        self._bars(save, ctx)
         # what the challenger phase decides on: the age of the champion this refresh started from
         save.extra = {"refit_of": {"anchor_set_id": champion["anchor_set_id"],
                                    "published_at": str(champion["published_at"] or "")}}
@@ -529,6 +547,7 @@ class _CandidateSaver:
         self.version, self.k = version, k
         self.baseline = float("nan")  #: the random-linear bar on the split, set once fitted
         self.extra: dict[str, Any] = {}  #: more parameters stored with the next anchor set
+        self.frontier: dict[str, Any] = {}  #: the frontier self-check's figures, set once measured
 
     def obtain(self, origin: str, items: list[str] | None, fit: Callable[[], AnchorEstimator]
                ) -> tuple[AnchorEstimator, float, bool]:
@@ -547,7 +566,7 @@ class _CandidateSaver:
         """Calibrate, save the predictor version, measure, write the anchor set: the candidate."""
         s, db, matrix = self.ctx.settings, self.ctx.store, self.matrix
         artifact = artifact_from_fit(matrix, self.split, est, alpha=s.alpha, seed=s.seed, models=self.metadata,
-                                     settings=db.training_settings(matrix.benchmark))
+                                     settings=db.training_settings(matrix.benchmark), frontier=self.frontier)
         folder, saved = save_version(artifact, self.ctx.predictor_dir, matrix.benchmark)
         mae = saved.calibration["calibration_mae_points"]  # one held-out MAE: the one predictor.json carries
         coverage = crossfit_coverage(matrix, self.split, est, alpha=s.alpha, seed=s.seed,
@@ -559,11 +578,25 @@ class _CandidateSaver:
             weights=None if weights is None else [float(w) for w in weights], seed=s.seed,
             n_train_models=len(self.split.train),
             params={"split": s.split_policy, "val_frac": s.val_frac, "test_frac": s.test_frac, "origin": origin,
-                    "fit_seconds": round(seconds, 3), "device": resolve_device(s.device).type, **self.extra},
+                    "fit_seconds": round(seconds, 3), "device": resolve_device(s.device).type,
+                    "frontier": self.frontier, **self.extra},
             artifact_uri=str(folder.resolve()), predictor_hash=saved.content_hash, origin=origin,
-            data_version=self.version, test_mae=mae, baseline_mae=self.baseline, coverage=coverage)
+            data_version=self.version, test_mae=mae, baseline_mae=self.baseline, coverage=coverage,
+            **frontier_fields(self.frontier))
         return Candidate(anchor_set_id, str(folder), saved.content_hash, origin, chosen, mae, coverage, est, seconds,
                          reused)
+
+
+def _stored_frontier(db: Store, benchmark: str, key: str) -> dict[str, Any] | None:
+    """The frontier self-check already measured under this fit key (the champion phase's, read by the
+    challenger phase), or None: it depends on nothing the key does not cover, so it runs once per key."""
+    rows = db.query("SELECT params FROM anchor_sets WHERE benchmark = $b AND fit_key = $k ORDER BY anchor_set_id",
+                    {"b": benchmark, "k": key})
+    for (params,) in rows.iter_rows():
+        figures = json.loads(params or "{}").get("frontier")
+        if figures:
+            return figures
+    return None
 
 
 def _reusable_fit(db: Store, benchmark: str, version: str, origin: str, items: list[str] | None, k: int,

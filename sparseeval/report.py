@@ -57,3 +57,27 @@ def versus_best_baseline(summary: pl.DataFrame) -> pl.DataFrame:
                      (pl.col("mae_mean") / pl.col("best_baseline_mae")).round(3).alias("mae_ratio"),
                      pl.col("tau_mean").round(3).alias("tau"), pl.col("best_baseline_tau").round(3),
                      ).sort("benchmark", "k", "method")
+
+
+def protocol_markdown(summary: pl.DataFrame) -> str:
+    """One markdown table per protocol (split policy) of :func:`sparseeval.evaluation.summarize` output:
+    MAE (mean +- sd over seeds) and, when measured, bias, coverage, half-width, share flagged and share
+    missed silently (outside the interval, not flagged); for ``docs/results``."""
+    cols = [("mae", "MAE (pts)"), ("bias", "bias (pts)"), ("coverage", "coverage"), ("halfwidth", "half-width"),
+            ("flagged", "flagged"), ("silent_misses", "silent misses")]
+    present = [(c, h) for c, h in cols if f"{c}_mean" in summary.columns]
+    parts = []
+    for policy in summary.get_column("split_policy").unique().sort().to_list():
+        rows = summary.filter(pl.col("split_policy") == policy).sort("benchmark", "k", "mae_mean")
+        head = ["benchmark", "K", "method", "seeds", *[h for _, h in present]]
+        lines = [f"### {policy}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in rows.iter_rows(named=True):
+            cells = [r["benchmark"], str(r["k"]), r["method"], str(r["seeds"])]
+            for c, _ in present:
+                mean, sd = r[f"{c}_mean"], r.get(f"{c}_sd")
+                digits = 2 if c in ("mae", "bias", "halfwidth") else 3
+                cells.append("-" if mean is None else f"{mean:.{digits}f}" + (f" ± {sd:.{digits}f}" if c == "mae"
+                                                                             and sd is not None else ""))
+            lines.append("| " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"

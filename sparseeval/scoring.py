@@ -18,6 +18,7 @@ from sparseeval import calibration as cal
 from sparseeval.adaptive import adaptive_info, is_prefix, order_of
 from sparseeval.artifact import PredictorArtifact, build_anchors, load_predictor
 from sparseeval.errors import UsageError, UserError
+from sparseeval.frontier import Guarded, direction, guarded_predictions
 from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.methods import make_estimator
 from sparseeval.methods.base import AnchorEstimator
@@ -43,14 +44,22 @@ class Prediction:
     upper: float
     n_anchors: int  #: anchors answered
     k: int  #: anchors in the predictor
-    ood: bool  #: anchor answers unlike the training models' (interval less trustworthy)
-    ood_score: float
+    ood: bool  #: outside what the training models cover (the interval may not hold): see ``ood_reasons``
+    ood_score: float  #: answer-pattern distance (one of the reasons, past its threshold)
+    #: why the model may lie outside the training models' range, in words (empty: nothing to flag)
+    ood_reasons: tuple[str, ...] = field(default_factory=tuple)
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["warnings"] = list(self.warnings)
+        d["ood_reasons"] = list(self.ood_reasons)
         return d
+
+    @property
+    def beyond(self) -> int:
+        """+1 when a reason says the model may be stronger than every training model, -1 weaker, 0 neither."""
+        return direction(self.ood_reasons)
 
 
 @dataclass(frozen=True)
@@ -67,10 +76,13 @@ class Comparison:
     upper: float
     distinguishable: bool  #: the interval excludes 0
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    #: why a side of the interval is open (a model that may lie beyond the training range), in words
+    open_sides: tuple[str, ...] = field(default_factory=tuple)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["warnings"] = list(self.warnings)
+        d["open_sides"] = list(self.open_sides)
         return d
 
 
@@ -155,46 +167,39 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
             + ("; answer the anchors in the predictor's order (`sparseeval next`) to predict from fewer"
                if "adaptive" in artifact.extra else "")
             + (f"; {short.size - 1} other model(s) are also short" if short.size > 1 else ""))
-    ood_cfg = artifact.calibration["ood"]
-    d2 = cal.ood_scores(X, ood_cfg)
-    ood = d2 > ood_cfg["threshold"]
-    Xc = cal.conditional_impute(X, ood_cfg)
+    ood = artifact.calibration["ood"]  # shared by every output of a joint predictor
+    imputed, d2 = cal.conditional_impute(X, ood), cal.ood_scores(X, ood)
     per_output = []
     for name, est, calibration in prediction_outputs(artifact):
-        pred = est.predict(Xc)
-        lower, upper = cal.interval(pred, cal.halfwidths(est, pred, ~np.isnan(X), calibration))
-        lo_train = artifact.train_models.get("score_min")
-        hi_train = artifact.train_models.get("score_max")
+        g = guarded_predictions(est, calibration, X, imputed=imputed, d2=d2)
+        train_range = (artifact.train_models.get("score_min"), artifact.train_models.get("score_max"))
         if artifact.is_joint:
-            lo_train, hi_train = (artifact.train_models.get("score_range", {}).get(name) or [None, None])
-        per_output.append(_rows(artifact, name, models, pred, lower, upper, answered, ood, d2,
-                                (lo_train, hi_train)))
+            train_range = tuple(artifact.train_models.get("score_range", {}).get(name) or [None, None])
+        per_output.append(_rows(artifact, name, models, g, answered, train_range))
     # per model: its benchmarks in order (a joint predictor's mean last)
     return [rows[i] for i in range(len(models)) for rows in per_output]
 
 
-def _rows(artifact: PredictorArtifact, benchmark: str, models: list[str], pred: np.ndarray, lower: np.ndarray,
-          upper: np.ndarray, answered: np.ndarray, ood: np.ndarray, d2: np.ndarray,
+def _rows(artifact: PredictorArtifact, benchmark: str, models: list[str], g: Guarded, answered: np.ndarray,
           train_range: tuple[float | None, float | None]) -> list[Prediction]:
     k = artifact.k
-    ood_cfg = artifact.calibration["ood"]
     lo_train, hi_train = train_range
     out = []
     for i, model in enumerate(models):
-        warns = []
-        if ood[i]:
-            warns.append(f"OOD: anchor answers unlike the training models' (distance {d2[i]:.1f} > "
-                         f"{ood_cfg['threshold']:.1f}, the {ood_cfg['percentile']:g}th percentile); "
-                         "the interval may not hold")
+        why = g.reasons[i]
+        warns = [f"OOD: {r}; the interval may not hold" for r in why]
         if answered[i] < k:
             warns.append(f"{k - answered[i]} of {k} anchors not answered: predicted from the rest, "
                          "interval widened")
-        if lo_train is not None and hi_train is not None and not lo_train <= pred[i] <= hi_train:
+        # predictors calibrated before the guard existed: the range check they always had
+        if (not why and lo_train is not None and hi_train is not None
+                and not lo_train <= g.pred[i] <= hi_train):
             warns.append("prediction outside the training models' score range "
                          f"[{lo_train:.3f}, {hi_train:.3f}]")
-        out.append(Prediction(model=model, benchmark=benchmark, predicted=float(pred[i]),
-                              lower=float(lower[i]), upper=float(upper[i]), n_anchors=int(answered[i]),
-                              k=k, ood=bool(ood[i]), ood_score=float(d2[i]), warnings=tuple(warns)))
+        out.append(Prediction(model=model, benchmark=benchmark, predicted=float(g.pred[i]),
+                              lower=float(g.lower[i]), upper=float(g.upper[i]), n_anchors=int(answered[i]),
+                              k=k, ood=bool(why), ood_score=float(g.d2[i]), ood_reasons=why,
+                              warnings=tuple(warns)))
     return out
 
 
@@ -233,10 +238,31 @@ def compare(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.Data
     pa, pb = _predict_matrix(artifact, [model_a, model_b], X[rows])
     half = cal.pair_halfwidth(pa.k - pa.n_anchors, pb.k - pb.n_anchors, artifact.calibration)
     diff = pa.predicted - pb.predicted
-    lower, upper = diff - half, diff + half
+    lower, upper, open_sides = open_for_extrapolation(diff - half, diff + half, pa, pb)
     warns = tuple(f"{p.model}: {w}" for p in (pa, pb) for w in p.warnings)
     return Comparison(model_a, model_b, artifact.benchmark, pa.predicted, pb.predicted, diff,
-                      lower, upper, bool(lower > 0 or upper < 0), warns)
+                      lower, upper, bool(lower > 0 or upper < 0), warns, open_sides)
+
+
+def open_for_extrapolation(lower: float, upper: float, pa: Prediction,
+                           pb: Prediction) -> tuple[float, float, tuple[str, ...]]:
+    """The paired interval of ``a - b`` with a side opened (to the largest possible difference) for each
+    model the guard says may lie beyond the training range: a model that may be stronger than every
+    training model may be further ahead than its prediction says, so ``a - b`` has no upper bound when
+    it is ``a`` and no lower bound when it is ``b`` (and the mirror for weaker). Two models beyond the
+    top together are then never called distinguishable: the anchors cannot order them."""
+    sides = []
+    for p, sign in ((pa, 1), (pb, -1)):
+        d = p.beyond * sign
+        if d > 0:
+            upper = 1.0
+        elif d < 0:
+            lower = -1.0
+        if d:
+            side = "upper" if d > 0 else "lower"
+            sides.append(f"{side} side open: {p.model} may be {'stronger' if p.beyond > 0 else 'weaker'} than every "
+                         f"training model ({p.ood_reasons[0]})")
+    return lower, upper, tuple(sides)
 
 
 def _train_summary(models: list[str], scores: np.ndarray, dates: pl.DataFrame | None) -> dict[str, Any]:
@@ -275,7 +301,8 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
 
 def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *, alpha: float = 0.1,
                       seed: int = 0, models: pl.DataFrame | None = None,
-                      settings: dict[str, Any] | None = None) -> PredictorArtifact:
+                      settings: dict[str, Any] | None = None,
+                      frontier: dict[str, Any] | None = None) -> PredictorArtifact:
     """Calibrate an estimator fitted on ``split.train`` (+ ``split.val``) on the held-out
     ``split.test`` models and wrap it as an unsaved artifact.
 
@@ -285,16 +312,20 @@ def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator
 
     The pipeline fits anchors once per benchmark and publishes that same estimator, so the test
     models of its split are the conformal calibration set: the estimator never saw them.
+    ``frontier``: the frontier self-check's figures (:func:`sparseeval.evaluation.frontier_selfcheck`),
+    published with the predictor so its users see how it fares on models stronger than its training models.
     """
     assert est.anchors_ is not None
     X_train = matrix.with_nan_at(split.train, est.anchors_)  # the anchor columns only: no copy of the matrix
     s = matrix.scores.astype(np.float32)
     fit_rows = np.concatenate([split.train, split.val])
     calibration = cal.calibrate(est, matrix.with_nan_at(split.test, est.anchors_), s[split.test], X_train,
-                                alpha=alpha, seed=seed)
+                                alpha=alpha, seed=seed, s_train=s[split.train])
     calibration["split_seed"] = seed
     train_models = _train_summary([matrix.models[i] for i in fit_rows], s[fit_rows], models)
     extra: dict[str, Any] = {"settings": settings} if settings else {}
+    if frontier:
+        extra["frontier"] = frontier
     # the order to ask the anchors in (training models only) and the conformal quantile per prefix
     extra["adaptive"] = adaptive_info(est, X_train, s[split.train], calibration)
     return PredictorArtifact(estimator=est, benchmark=matrix.benchmark, item_ids=matrix.items,
@@ -333,7 +364,8 @@ def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval,
     shared: dict[str, Any] = {}
     cache: dict[bytes, np.ndarray] = {}  # every output hides the same anchors: impute once
     for o, name in enumerate([*data.benchmarks, MEAN]):
-        c = cal.calibrate(est.output(name), X_cal, S[split.test, o], X_train, alpha=alpha, seed=seed, cache=cache)
+        c = cal.calibrate(est.output(name), X_cal, S[split.test, o], X_train, alpha=alpha, seed=seed, cache=cache,
+                          s_train=S[split.train, o])
         shared = {key: c.pop(key) for key in ("alpha", "ood", "cal_answers", "seed", "n_calibration")}
         outputs[name] = c
     calibration = shared | {"outputs": outputs, "split_seed": seed}

@@ -37,7 +37,7 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
             "tasks whose files a Hub source downloads, comma-separated: leaderboard benchmarks (arc, mmlu, bbh, "
             "...), lm-eval task names, or globs of them (toy_*: a group's files carry its subtasks' names); the "
             "aggregate results_*.json always come (default: every result file)"),
-    Setting("SPARSEEVAL_METHOD", "sparseeval-mlp", "anchor method the pipeline publishes"),
+    Setting("SPARSEEVAL_METHOD", "sparseeval-headroom", "anchor method the pipeline publishes"),
     Setting("SPARSEEVAL_K", "20", "anchors per benchmark"),
     Setting("SPARSEEVAL_JOINT_BENCHMARKS", "",
             "benchmarks of the joint predictor, comma-separated (default: every benchmark without a "
@@ -64,6 +64,10 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
             "ingest in ~4 GB instead of DuckDB's default 80 % of RAM"),
     Setting("SPARSEEVAL_COVERAGE_TOLERANCE", "0.1",
             "publishing check: held-out interval coverage within this of nominal (finite-sample slack)"),
+    Setting("SPARSEEVAL_FRONTIER_SILENT_MAX", "0.15",
+            "publishing check: on a frontier split of the candidate's own fitting models (fitted on the weakest "
+            "90 %, scored on the strongest 10 %), at most this share of the stronger models may fall outside "
+            "their interval without an OOD flag (the interval's own miscoverage, 0.1 at 90 %, counts in it)"),
     Setting("SPARSEEVAL_SENSOR_INTERVAL", "30",
             "seconds between two evaluations of each sensor by the Dagster daemon (new files, stale benchmarks, "
             "joint predictor)"),

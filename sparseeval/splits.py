@@ -5,6 +5,11 @@ Spellings of one model that differ only by case, Unicode form or zero-width char
 seed a different split), ``family`` (whole organisations,
 the ``org`` of ``org/name``, go to one side, so near-duplicate fine-tunes cannot leak across), and
 ``date`` (train on older models, test on newer ones: the real use case of scoring new releases).
+Two more put the test models *outside* the training range of the target score: ``frontier`` (train
+on models at or below the q-th quantile of the score, test on the stronger rest: the models a
+leaderboard refresh exists for) and ``frontier-low`` (its mirror: test on the weakest ``1 - q``).
+Validation models of both come from the training side only, so nothing chosen or calibrated ever
+sees a model beyond the cut.
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ import numpy as np
 
 from sparseeval.errors import UsageError
 
-SplitPolicy = Literal["random", "family", "date"]
+SplitPolicy = Literal["random", "family", "date", "frontier", "frontier-low"]
+#: the policies whose test models lie beyond the training models' score range
+FRONTIER_POLICIES = ("frontier", "frontier-low")
+#: default quantile of the frontier cut: train on the weakest 90 %, test on the strongest 10 %
+FRONTIER_QUANTILE = 0.9
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff]")
 
 
@@ -83,13 +92,18 @@ def _sorted_split(train: np.ndarray, val: np.ndarray, test: np.ndarray) -> Split
 
 def make_split(models: Sequence[str], *, policy: SplitPolicy = "random", val_frac: float = 0.1,
                test_frac: float = 0.2, seed: int = 0,
-               dates: Sequence[np.datetime64 | None] | None = None) -> Split:
+               dates: Sequence[np.datetime64 | None] | None = None, scores: np.ndarray | None = None,
+               frontier_quantile: float = FRONTIER_QUANTILE) -> Split:
     """Split ``models`` (row order of the matrix) into train / val / test index arrays.
 
     ``family``: organisations are shuffled with ``seed`` and assigned whole to test, then val,
     until each reaches its fraction of models; no organisation appears on two sides.
     ``date``: models sorted by date (ties broken by the seed); the newest ``test_frac`` are test,
     the next newest ``val_frac`` validation; models without a date count as oldest (training).
+    ``frontier``: models whose score (``scores``, aligned with ``models``) is above the
+    ``frontier_quantile`` quantile are test (``test_frac`` is ignored); ``val_frac`` of all models
+    are drawn at random from the rest. ``frontier-low``: the same with the models below the
+    ``1 - frontier_quantile`` quantile as test.
     """
     _check_fractions(val_frac, test_frac)
     n = len(models)
@@ -133,4 +147,38 @@ def make_split(models: Sequence[str], *, policy: SplitPolicy = "random", val_fra
         tiebreak = rng.random(n)
         order = np.lexsort((tiebreak, stamp))[::-1]  # newest first
         return _sorted_split(order[n_test + n_val:], order[n_test:n_test + n_val], order[:n_test])
-    raise UsageError(f"unknown split policy {policy!r}; choose random, family or date")
+    if policy in FRONTIER_POLICIES:
+        return _frontier_split(models, scores, frontier_quantile, val_frac, rng, low=policy == "frontier-low")
+    raise UsageError(f"unknown split policy {policy!r}; choose random, family, date, frontier or frontier-low")
+
+
+def frontier_cut(scores: np.ndarray, quantile: float, *, low: bool = False) -> tuple[float, np.ndarray]:
+    """(cut score, mask of the models beyond it): above the ``quantile`` quantile of ``scores``
+    (below the ``1 - quantile`` one when ``low``). Ties at the cut stay on the training side."""
+    if not 0.5 <= quantile < 1.0:
+        raise UsageError(f"frontier quantile must be in [0.5, 1), got {quantile}")
+    scores = np.asarray(scores, dtype=np.float64)
+    if low:
+        cut = float(np.quantile(scores, 1.0 - quantile))
+        return cut, scores < cut
+    cut = float(np.quantile(scores, quantile))
+    return cut, scores > cut
+
+
+def _frontier_split(models: Sequence[str], scores: np.ndarray | None, quantile: float, val_frac: float,
+                    rng: np.random.Generator, *, low: bool) -> Split:
+    """Test = the models beyond the score cut (with every spelling of them: a spelling below the cut
+    must not train on a model the split calls new); validation drawn at random from the rest."""
+    n = len(models)
+    if scores is None or len(scores) != n:
+        raise UsageError("a frontier split needs one score per model")
+    _, beyond = frontier_cut(scores, quantile, low=low)
+    keys = [model_identity(m) for m in models]
+    beyond_keys = {k for k, b in zip(keys, beyond, strict=True) if b}
+    test = np.array([i for i, k in enumerate(keys) if k in beyond_keys], dtype=np.int64)
+    if test.size == 0 or test.size == n:
+        raise UsageError(f"frontier split at quantile {quantile}: no models on one side (scores all equal?)")
+    rest = np.setdiff1d(np.arange(n), test)
+    order, groups = _grouped_order([models[i] for i in rest], rng)
+    val_end = _cut(order, groups, round(val_frac * n))
+    return _sorted_split(rest[order[val_end:]], rest[order[:val_end]], test)

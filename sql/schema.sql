@@ -143,6 +143,16 @@ ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS reason VARCHAR;
 ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS fit_key VARCHAR;
 -- the publishing checks' outcomes (JSON: name -> {passed, ...}), written with the decision
 ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS checks VARCHAR;
+-- the frontier self-check (sparseeval.evaluation.frontier_selfcheck): the set's method refitted on the
+-- weakest 90 % of its own fitting models and scored on the strongest 10 % (models stronger than every
+-- model it learned from): MAE and bias (points), interval coverage, share flagged, share outside the
+-- interval and not flagged (the silent misses the publishing check bounds), and how many models
+ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS frontier_mae DOUBLE;
+ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS frontier_bias DOUBLE;
+ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS frontier_coverage DOUBLE;
+ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS frontier_flagged DOUBLE;
+ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS frontier_silent DOUBLE;
+ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS frontier_models INTEGER;
 
 -- Append-only: every role change of an anchor set, with its reason (the history of the lifecycle).
 CREATE TABLE IF NOT EXISTS role_changes (
@@ -229,6 +239,9 @@ CREATE TABLE IF NOT EXISTS predictions (
     created_at    TIMESTAMP DEFAULT current_timestamp,
     PRIMARY KEY (model, benchmark, anchor_set_id)
 );
+-- why a prediction is flagged, in words ("stronger than every training model (...)"; reasons joined by
+-- " | "), NULL when it is not
+ALTER TABLE predictions ADD COLUMN IF NOT EXISTS ood_reason VARCHAR;
 
 -- Hugging Face Hub dataset repos (sparseeval.hub_sources): per repo and requested revision, the commit
 -- sha last ingested, so an unchanged repo costs one metadata call; and per file the blob id ingested,

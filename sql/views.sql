@@ -54,7 +54,7 @@ FROM evaluation_summary
 ORDER BY benchmark, k, rank, method;
 
 CREATE OR REPLACE VIEW predictions_vs_truth AS
-SELECT p.model, p.benchmark, p.anchor_set_id, p.predicted, p.lower, p.upper, p.ood,
+SELECT p.model, p.benchmark, p.anchor_set_id, p.predicted, p.lower, p.upper, p.ood, p.ood_reason,
        s.score AS true_score,
        p.predicted - s.score AS error,
        abs(p.predicted - s.score) AS abs_error,
@@ -62,6 +62,19 @@ SELECT p.model, p.benchmark, p.anchor_set_id, p.predicted, p.lower, p.upper, p.o
             ELSE s.score BETWEEN p.lower AND p.upper END AS inside_interval
 FROM predictions p JOIN scores s ON s.model = p.model AND s.benchmark = p.benchmark
 ORDER BY p.benchmark, p.model;
+
+-- How each fitted anchor set fares on models stronger than every model it learned from (its frontier
+-- self-check) beside its in-distribution figures, newest first: the silent misses (outside the interval
+-- and not flagged) are what the frontier_misses_flagged publishing check bounds.
+CREATE OR REPLACE VIEW frontier_selfcheck AS
+SELECT benchmark, anchor_set_id, method, k, role, created_at,
+       test_mae, coverage,
+       frontier_mae, frontier_bias, frontier_coverage, frontier_flagged, frontier_silent, frontier_models,
+       frontier_mae / nullif(test_mae, 0) AS frontier_mae_ratio,
+       json_extract(checks, '$.frontier_misses_flagged.passed')::BOOLEAN AS frontier_check_passed
+FROM anchor_sets
+WHERE frontier_mae IS NOT NULL
+ORDER BY benchmark, created_at DESC, anchor_set_id DESC;
 
 -- Every role change of every anchor set, oldest first (append-only): why a set became what it is.
 CREATE OR REPLACE VIEW role_history AS

@@ -204,7 +204,7 @@ def test_cli_fit_export_predict_compare(tmp_path: Path, capsys) -> None:
     rows = json.loads((tmp_path / "p.json").read_text())
     assert [r["model"] for r in rows] == ["org1/m1", "org2/m2"]
     assert set(rows[0]) == {"model", "benchmark", "predicted", "lower", "upper", "n_anchors", "k", "ood", "ood_score",
-                            "warnings"}
+                            "ood_reasons", "warnings"}
     assert all(r["lower"] <= r["predicted"] <= r["upper"] and r["n_anchors"] == 8 for r in rows)
     assert main(["compare", "--benchmark", "toy", "--registry", str(reg), "--answers", str(answers)]) == 0
     assert "paired interval" in capsys.readouterr().out

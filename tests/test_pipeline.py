@@ -47,7 +47,8 @@ PARTITIONED = [response_matrix, candidate, champion, challenger, evaluation, pre
 #: what a refresh run materializes: the partitioned assets and their standalone checks
 REFRESH = [*PARTITIONED, *publishing_checks]
 K = 8
-PUBLISH = {"beats_random_linear": True, "beats_mean_score": True, "coverage_near_nominal": True, "anchors_valid": True}
+PUBLISH = {"beats_random_linear": True, "beats_mean_score": True, "coverage_near_nominal": True, "anchors_valid": True,
+           "frontier_misses_flagged": True}
 
 pytestmark = pytest.mark.slow
 

@@ -43,6 +43,7 @@ ROWS: dict[str, tuple[Any, set[str]]] = {
     "coverage_tolerance": (0.05, {FIT, JOINT}),
     "challenger_margin": (0.1, {FIT, JOINT}),
     "challenger_min_days": (7.0, {FIT, JOINT}),
+    "frontier_silent_max": (0.3, {FIT, JOINT}),
     "compare_methods": ("random-linear,sparseeval-linear", {COMPARISON}),
     "compare_ks": ("6,8", {COMPARISON}),
     "compare_seeds": (2, {COMPARISON}),

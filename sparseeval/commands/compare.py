@@ -3,7 +3,9 @@
 Both models' anchor answers are read from ``--answers`` (repeatable: e.g. two lm-eval output
 folders); A and B name models in them (optional when exactly two models are present). The
 interval of the difference is paired: conformal on differences of calibration model pairs, so
-the error the two predictions share cancels. "distinguishable" means the interval excludes 0.
+the error the two predictions share cancels. "distinguishable" means the interval excludes 0. A
+model the guard flags as possibly beyond the training range (stronger or weaker than every training
+model) opens the interval on that side: its anchors cannot say by how much.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"difference {100 * c.diff:+.1f} points, {100 * (1 - alpha):g}% paired interval "
           f"[{100 * c.lower:+.1f}, {100 * c.upper:+.1f}]: "
           + ("distinguishable" if c.distinguishable else "NOT distinguishable"))
+    for side in c.open_sides:
+        print(f"note: {side}")
     for w in c.warnings:
         print(f"warning: {w}")
     return 0

@@ -2,7 +2,11 @@
 
 Every method, K and seed runs on the same model splits (one split per seed), and the JSON output
 holds one record per run: ``{benchmark, method, k, seed, mae, tau, rho, max_error, seconds, ...}``
-with MAE in percentage points.
+with MAE in percentage points. ``--split frontier`` trains on the models at or below the
+``--frontier-quantile`` quantile of the score and tests on the stronger rest (validation and
+calibration from the training side only); with a calibration share (the default there) every run also
+reports bias, interval coverage, half-width, the share flagged and the silent misses (outside the
+interval and not flagged).
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ from sparseeval.methods import available_methods
 from sparseeval.methods.joint import JOINT_METHOD, common_models
 from sparseeval.report import print_table
 from sparseeval.sources import DataSource, model_dates, open_data
+from sparseeval.splits import FRONTIER_POLICIES, FRONTIER_QUANTILE
+
+#: calibration share of the fitting side under a frontier split (as ``sparseeval fit`` holds out)
+FRONTIER_CALIBRATION = 0.2
 
 DESCRIPTION = """\
 Compare anchor methods on held-out models: for every method, K and seed, fit on the training models
@@ -86,9 +94,18 @@ def add_arguments(p: argparse.ArgumentParser, **defaults: object) -> argparse.Ar
                    help="share of the models held out as test models of each split (default 0.2)")
     p.add_argument("--val-frac", type=open_fraction, default=0.1, metavar="F",
                    help="share of the models a method may use to tune itself, never scored (default 0.1)")
-    p.add_argument("--split", choices=("random", "family", "date"), default="random",
+    p.add_argument("--split", choices=("random", "family", "date", *FRONTIER_POLICIES), default="random",
                    help="how test models are held out: random; family (whole model families, e.g. every "
-                        "fine-tune of one base model); date (the newest models) (default random)")
+                        "fine-tune of one base model); date (the newest models); frontier (the models above the "
+                        "--frontier-quantile quantile of the score: are estimates right on models stronger than "
+                        "every training model?); frontier-low (below the 1 - Q quantile) (default random)")
+    p.add_argument("--frontier-quantile", type=open_fraction, default=FRONTIER_QUANTILE, metavar="Q",
+                   help=f"frontier splits: train on the models at or below this quantile of the score "
+                        f"(default {FRONTIER_QUANTILE})")
+    p.add_argument("--calibration-frac", type=fraction_or_zero, default=None, metavar="F",
+                   help="hold out this share of the training side as calibration models, and report interval "
+                        f"coverage, width and out-of-distribution flags too (default {FRONTIER_CALIBRATION} with a "
+                        "frontier split, else 0: point predictions only)")
     p.add_argument("--device", default=settings.SETTINGS["device"].get(), type=device,
                    help="auto (CUDA when present), cpu, cuda or cuda:N; " + settings.overrides("device"))
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -97,6 +114,23 @@ def add_arguments(p: argparse.ArgumentParser, **defaults: object) -> argparse.Ar
                         "row mean as its score (never assumed: stored items are often a subset)")
     p.set_defaults(**defaults)
     return p
+
+
+def protocol_config(args: argparse.Namespace) -> ProtocolConfig:
+    """The protocol the arguments ask for (a frontier split calibrates by default: coverage and flags are
+    what it is about)."""
+    frac = args.calibration_frac
+    if frac is None:
+        frac = FRONTIER_CALIBRATION if args.split in FRONTIER_POLICIES else 0.0
+    return ProtocolConfig(split_policy=args.split, val_frac=args.val_frac, test_frac=args.test_frac,
+                          frontier_quantile=args.frontier_quantile, calibration_frac=frac)
+
+
+def fraction_or_zero(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 0.9:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 0.9), got {text!r}")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -116,10 +150,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def compare(args: argparse.Namespace, data: DataSource,
-            on_benchmark: Callable[[list[EvalResult]], None] | None = None) -> list[EvalResult]:
+            on_benchmark: Callable[[list[EvalResult]], None] | None = None, *,
+            config: ProtocolConfig | None = None) -> list[EvalResult]:
     """Every method x K x seed of ``args`` on ``data``'s benchmarks (one split per seed shared by all
     methods); ``on_benchmark`` sees the results so far after each benchmark (a long run that stops
-    early still leaves its finished benchmarks)."""
+    early still leaves its finished benchmarks). ``config``: the protocol (default: from ``args``)."""
     present = data.benchmarks()
     names = args.benchmark.split(",") if isinstance(args.benchmark, str) else list(args.benchmark or [])
     if not names or names == ["all"]:
@@ -131,7 +166,7 @@ def compare(args: argparse.Namespace, data: DataSource,
         missing = [b for b in benchmarks if b not in present]
         if missing:
             raise UsageError(f"{args.data}: no benchmark {', '.join(missing)} (found: {', '.join(present)})")
-    config = ProtocolConfig(split_policy=args.split, val_frac=args.val_frac, test_frac=args.test_frac)
+    config = config or protocol_config(args)
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
     if JOINT_METHOD in args.method:
         return _run_joint(args, data, benchmarks, config, seeds)
@@ -185,7 +220,10 @@ def _write(args: argparse.Namespace, results: list) -> int:
         write_records([r.row() for r in results], csv_to=args.csv)
     if to_stdout(args.json, args.csv):
         return 0
-    table = summarize(results).select("benchmark", "method", "k", "seeds", "mae_mean", "mae_sd", "tau_mean",
-                                      "tau_sd", "seconds_mean")
+    summary = summarize(results)
+    extra = [c for c in ("bias_mean", "coverage_mean", "halfwidth_mean", "flagged_mean", "silent_misses_mean")
+             if c in summary.columns]
+    table = summary.select("benchmark", "method", "k", "seeds", "mae_mean", "mae_sd", *extra, "tau_mean",
+                           "tau_sd", "seconds_mean")
     print_table(table)
     return 0

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from sparseeval import calibration as cal
 from sparseeval import settings
 from sparseeval.adaptive import NextStep, next_anchors
 from sparseeval.answers import read_answers
@@ -30,6 +29,7 @@ from sparseeval.commands.arguments import add_output_arguments, existing_path, n
 from sparseeval.commands.output import to_stdout, write_records
 from sparseeval.commands.predict import add_predictor_arguments, load_predictors
 from sparseeval.errors import UsageError
+from sparseeval.frontier import guarded_predictions
 from sparseeval.methods.joint import MEAN
 from sparseeval.scoring import anchor_matrix, prediction_outputs
 
@@ -69,12 +69,14 @@ def plan(artifact: PredictorArtifact, answers: pl.DataFrame, *, batch: int = 10,
     est, calibration = outputs[want]
     pred = np.full(len(names), np.nan)
     half = np.full(len(names), np.nan)
-    some = (~np.isnan(X)).any(axis=1)
-    if some.any():
-        Xs = X[some]
-        pred[some] = est.predict(cal.conditional_impute(Xs, calibration["ood"]))
-        half[some] = cal.halfwidths(est, pred[some], ~np.isnan(Xs), calibration)
-    return next_anchors(artifact, names, X, half, pred, batch=batch, target_width=target_width)
+    why: list[tuple[str, ...]] = [() for _ in names]
+    some = np.flatnonzero((~np.isnan(X)).any(axis=1))
+    if some.size:
+        g = guarded_predictions(est, calibration, X[some])
+        pred[some], half[some] = g.pred, g.halfwidth
+        for j, i in enumerate(some):
+            why[i] = g.reasons[j]
+    return next_anchors(artifact, names, X, half, pred, batch=batch, target_width=target_width, flags=why)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,6 +3,8 @@
 Also home of what ``export``, ``next`` and ``compare`` share: the predictor arguments (``--predictor``
 a folder or ``hf://`` repo, ``--benchmark`` looked up in ``--registry``) and :func:`prediction_record`,
 the one place a result row is rendered (the table, ``--json`` and ``--csv`` all come from it).
+Each row carries the out-of-distribution flag with its reasons in words (e.g. "stronger than every training
+model"), shown under warnings in the table and as ``ood_reasons`` in ``--json``/``--csv``.
 """
 
 from __future__ import annotations

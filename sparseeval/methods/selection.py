@@ -221,3 +221,70 @@ def linear_importance(Y: np.ndarray, s: np.ndarray, alpha: float, device: torch.
         return ais.cpu().numpy(), resid.cpu().numpy()
 
     return fn
+
+
+#: at most this share of the training models may answer every anchor right once the ceiling is broken:
+#: then "all anchors right" is rare enough to mean "at or beyond the top of the training range"
+CEILING_FRAC = 0.02
+#: the fewest ceiling models worth splitting (fewer: their covariances are noise)
+MIN_CEILING_MODELS = 10
+#: a ceiling breaker must be answered wrong by at least this share of the ceiling models (and right by
+#: as many): an item almost all of them solve (or none) splits nothing
+MIN_SPLIT = 0.1
+
+
+def _score_covariance(Y: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Covariance of each item with the score over the rows of ``Y``: large when the item splits the
+    rows *and* the ones answering it right score higher."""
+    return ((Y - Y.mean(0)) * (s - s.mean())[:, None]).mean(0)
+
+
+def _gcv_without_each(X: np.ndarray, y: np.ndarray, alpha: float) -> np.ndarray:
+    """GCV error of a ridge of ``y`` on ``X`` with each column left out in turn (intercept unpenalised)."""
+    out = np.empty(X.shape[1])
+    for j in range(X.shape[1]):
+        Xj = np.delete(X, j, axis=1)
+        Xc = Xj - Xj.mean(0)
+        yc = y - y.mean()
+        gram = Xc.T @ Xc
+        coef = np.linalg.solve(gram + alpha * np.eye(gram.shape[0]), Xc.T @ yc)
+        dof = np.trace(np.linalg.solve(gram + alpha * np.eye(gram.shape[0]), gram)) + 1.0
+        out[j] = float(np.mean((yc - Xc @ coef) ** 2) / (1.0 - dof / len(y)) ** 2)
+    return out
+
+
+def break_ceiling(Y: np.ndarray, s: np.ndarray, anchors: np.ndarray, max_swaps: int, *, alpha: float = 1.0,
+                  ceiling: float = CEILING_FRAC) -> tuple[np.ndarray, int]:
+    """(``anchors`` with up to ``max_swaps`` of them swapped for items that split the ceiling, swaps made).
+
+    Why: anchors chosen for the error over all training models are mostly items the strong models all
+    solve (most models are not strong). A model stronger than every training model then answers them all
+    right, which says nothing about *how much* stronger: every predictor saturates at the top of the
+    training range, and the interval misses without a word. While more than ``ceiling`` of the training
+    models answer every anchor right, the anchor whose loss costs least (ridge GCV without it) is
+    replaced by the unused item that best splits those ceiling models by score (largest covariance with
+    the score among them, among items that at least ``MIN_SPLIT`` of them get wrong and as many right: an
+item nobody solves splits nobody and is never chosen). Afterwards "all
+    anchors right" is rare, so the guard can flag it as "at or beyond the top" without flagging ordinary
+    models; anchors without a ceiling problem are left exactly as chosen. Training models only.
+    """
+    Y = np.asarray(Y, dtype=np.float64)
+    s = np.asarray(s, dtype=np.float64)
+    anchors = np.asarray(anchors, dtype=np.int64).copy()
+    swaps = 0
+    while swaps < max_swaps:
+        ceiling_rows = np.all(Y[:, anchors] >= 1.0, axis=1)
+        if ceiling_rows.mean() <= ceiling or ceiling_rows.sum() < MIN_CEILING_MODELS:
+            break
+        unused = np.setdiff1d(np.arange(Y.shape[1]), anchors)
+        p = Y[ceiling_rows][:, unused].mean(0)
+        cov = np.where((p >= MIN_SPLIT) & (p <= 1.0 - MIN_SPLIT),
+                       _score_covariance(Y[ceiling_rows][:, unused], s[ceiling_rows]), -np.inf)
+        if unused.size == 0 or cov.max() <= 0:  # the pool cannot split them: said by the guard instead
+            break
+        # never drop an earlier ceiling breaker: they are the last anchors
+        keep = anchors.size - swaps
+        drop = int(np.argmin(_gcv_without_each(Y[:, anchors], s, alpha)[:keep]))
+        anchors = np.concatenate([np.delete(anchors, drop), [unused[int(np.argmax(cov))]]])
+        swaps += 1
+    return anchors, swaps

@@ -79,8 +79,12 @@ class _SparseEvalBase(AnchorEstimator):
     def __init__(self, k: int, *, random_state: int = 0, device: str = "auto", start: str = "auto",
                  max_steps: int | None = None, n_weak: int = 8, n_cand: int = 32, alpha: float = 1.0,
                  members: int = 2, max_epochs: int = 2000, lr: float = 1e-2, ais: str = "linear",
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, headroom: int = 0) -> None:
         super().__init__(k, random_state=random_state, device=device)
+        if not 0 <= headroom < k:
+            raise ValueError(f"headroom must be in [0, k), got {headroom}")
+        #: at most this many anchors are swapped for items that split the ceiling (:func:`break_ceiling`)
+        self.headroom = int(headroom)
         self.threads = threads  #: CPU threads of this fit (None: $SPARSEEVAL_THREADS, else every available CPU)
         if start not in ("auto", "kmeans", "random"):
             raise ValueError(f"start must be auto, kmeans or random, got {start!r}")
@@ -126,7 +130,14 @@ class _SparseEvalBase(AnchorEstimator):
 
     def _fit(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray | None,
              s_val: np.ndarray | None) -> Self:
-        from sparseeval.methods.selection import center, fast_column_means, items_by_row, kmeans_start, refine
+        from sparseeval.methods.selection import (
+            break_ceiling,
+            center,
+            fast_column_means,
+            items_by_row,
+            kmeans_start,
+            refine,
+        )
 
         dev = resolve_device(self.device)
         Y = np.asarray(Y, dtype=np.float32)
@@ -163,9 +174,10 @@ class _SparseEvalBase(AnchorEstimator):
                for name, res in results.items()}
         chosen = min(val, key=val.__getitem__)
         result = results[chosen]
-        self._set_anchors(result.anchors, Yi)
-        self.anchor_fill_ = fill[result.anchors]  # training means of the raw (unimputed) answers
-        self._fit_final(Yi[:, result.anchors], s, Yv[:, result.anchors], sv, dev)
+        anchors, swaps = break_ceiling(Yi, s, result.anchors, self.headroom, alpha=self.alpha)
+        self._set_anchors(anchors, Yi)
+        self.anchor_fill_ = fill[anchors]  # training means of the raw (unimputed) answers
+        self._fit_final(Yi[:, anchors], s, Yv[:, anchors], sv, dev)
         t3 = time.perf_counter()
         self.selection_ = {
             "start": chosen,
@@ -175,6 +187,7 @@ class _SparseEvalBase(AnchorEstimator):
             "loo_mse": result.criterion,
             "initial_anchors": initial[chosen].tolist(),
             "history": result.history,
+            "ceiling_swaps": swaps,
         }
         self.timings_ = {"start": t1 - t0, "refinement": t2 - t1, "final_fit": t3 - t2}
         log.debug("%s k=%d: start=%s swaps=%d times=%s", self.method, self.k, chosen,
@@ -286,3 +299,21 @@ class SparseEvalMLP(_SparseEvalBase):
         self.coef_ = np.asarray(state["coef"], dtype=np.float32)
         self.intercept_ = np.asarray(state["intercept"], dtype=np.float32)
         self.ridge_alpha_ = float(state["ridge_alpha"])
+
+
+@register("sparseeval-headroom")
+class SparseEvalHeadroom(SparseEvalMLP):
+    """``sparseeval-mlp`` whose anchors keep headroom at the top (:func:`break_ceiling`).
+
+    Up to ``headroom`` (default a quarter of K) of the selected anchors are swapped, one at a time and
+    only while more than 2 % of the training models answer every anchor right, for items that split
+    those ceiling models by score. Why: new models are often stronger than every training model; on
+    anchors the best training models all solve they are all right, and no predictor can tell how much
+    stronger they are (it saturates, silently, at the top of its training range). With headroom, a
+    stronger model still answers some anchors wrong, its prediction keeps rising, and "all anchors right"
+    becomes rare enough for the guard to flag it (:mod:`sparseeval.frontier`). Benchmarks whose anchors
+    have no ceiling problem get exactly ``sparseeval-mlp``'s anchors.
+    """
+
+    def __init__(self, k: int, *, headroom: int | None = None, **params: Any) -> None:
+        super().__init__(k, headroom=k // 4 if headroom is None else headroom, **params)

@@ -15,7 +15,8 @@ from sparseeval.store.connection import Connections, _now, _run, _transaction
 #: lifecycle fields of ``anchor_sets`` that :meth:`ResultWriters.update_anchor_set` may change
 ANCHOR_SET_FIELDS = ("role", "reason", "origin", "data_version", "test_mae", "baseline_mae", "coverage",
                      "registry_version", "published_at", "mlflow_run_id", "artifact_uri", "n_train_models",
-                     "fit_key", "checks")
+                     "fit_key", "checks", "frontier_mae", "frontier_bias", "frontier_coverage", "frontier_flagged",
+                     "frontier_silent", "frontier_models")
 
 
 def set_role(con: Any, anchor_set_id: int, role: str, reason: str | None = None) -> str:
@@ -220,9 +221,9 @@ class ResultWriters(Connections):
 
     def save_predictions(self, rows: Iterable[Mapping[str, Any]] | pl.DataFrame) -> int:
         """Upsert predictions keyed by (model, benchmark, anchor_set_id)."""
-        cols = ("model", "benchmark", "anchor_set_id", "predicted", "lower", "upper", "n_anchors", "ood")
+        cols = ("model", "benchmark", "anchor_set_id", "predicted", "lower", "upper", "n_anchors", "ood", "ood_reason")
         records = rows.to_dicts() if isinstance(rows, pl.DataFrame) else [dict(r) for r in rows]
-        values = [[r.get(c) for c in cols[:7]] + [bool(r.get("ood") or False), _now()] for r in records]
+        values = [[r.get(c) for c in cols[:7]] + [bool(r.get("ood") or False), _reason(r), _now()] for r in records]
         bad = [v for v in values if v[3] is None or not 0.0 <= float(v[3]) <= 1.0]
         if bad:
             raise ValueError(f"prediction outside [0, 1] for model {bad[0][0]!r}: {bad[0][3]}")
@@ -231,6 +232,14 @@ class ResultWriters(Connections):
                 con.executemany(f"INSERT OR REPLACE INTO predictions ({', '.join(cols)}, created_at) "
                                 f"VALUES ({', '.join('?' * (len(cols) + 1))})", values)
         return len(values)
+
+
+def _reason(row: Mapping[str, Any]) -> str | None:
+    """A prediction's flag reasons as stored: joined by " | " (given as ``ood_reasons`` or ``ood_reason``)."""
+    reasons = row.get("ood_reasons")
+    if reasons is not None:
+        return " | ".join(reasons) or None
+    return row.get("ood_reason")
 
 
 def promote(con: Any, benchmark: str, anchor_set_id: int, role: str, **fields: Any) -> int | None:

@@ -1,0 +1,161 @@
+"""Models beyond the training range: the guard that says so, and the figures that measure it.
+
+A refresh exists to score *new* models, and new models are often stronger than every model a
+predictor learned from. Split-conformal intervals only hold for models like the calibration models;
+on a stronger one a predictor fitted on a score range cut at the top shrinks toward that top, and
+its interval misses without a word. The guard makes that loud: each prediction carries the reasons,
+in words, why it may lie outside what the training models cover:
+
+* ``stronger than every training model``: the prediction is above the training models' best score;
+* ``all anchors right: these anchors cannot tell how much stronger``: every anchor answered right, so
+  the answers look like the best training models' whatever the model's real strength (flagged when
+  that is rare among the training models, at most ``EDGE_STATE_MAX`` of them: anchors with headroom,
+  :func:`sparseeval.methods.selection.break_ceiling`);
+* ``at the top of the training range``: the prediction is above nearly all calibration models'
+  (out-of-sample) predictions (all but :data:`sparseeval.calibration.EDGE_FRAC`), where a stronger
+  model would look the same;
+* the mirror images at the bottom (weaker than every training model, all anchors wrong; not "at the
+  bottom": near-chance models crowd there, and flagging them would flag ordinary models), and the
+  answer-pattern distance of :mod:`sparseeval.calibration` (anchor answers unlike the training models').
+
+The guard's reference figures are computed from training and calibration models only, stored in the
+calibration dict (plain JSON), and read back by every prediction path (``predict``, ``compare``,
+``next``, the evaluation protocol), which all go through :func:`guarded_predictions`. Pure numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sparseeval import calibration as cal
+from sparseeval.methods.base import AnchorEstimator
+
+STRONGER = "stronger than every training model"
+WEAKER = "weaker than every training model"
+ALL_RIGHT = "all anchors right: these anchors cannot tell how much stronger"
+ALL_WRONG = "all anchors wrong: these anchors cannot tell how much weaker"
+AT_TOP = "at the top of the training range: a stronger model would look the same to these anchors"
+UNLIKE = "anchor answers unlike the training models'"
+#: "all anchors right" ("wrong") is flagged only when at most this share of the training models answered
+#: so too: when the state is common among training models (a pool whose best models all solve it), the
+#: conformal calibration covers it, and flagging it would flag ordinary models
+EDGE_STATE_MAX = 0.05
+#: reasons saying the model may be beyond the top (compare and next treat them as one-sided)
+UPWARD = (STRONGER, ALL_RIGHT, AT_TOP)
+DOWNWARD = (WEAKER, ALL_WRONG)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def reasons(X: np.ndarray, pred: np.ndarray, d2: np.ndarray, ood: dict[str, Any],
+            guard: dict[str, Any] | None) -> list[tuple[str, ...]]:
+    """Why each row may lie outside what the training models cover (empty: nothing to say).
+
+    ``X``: raw anchor answers (NaN = not answered); ``pred``: predictions; ``d2``: answer-pattern
+    distances (:func:`sparseeval.calibration.ood_scores`) under ``ood``; ``guard``:
+    :func:`sparseeval.calibration.fit_guard` (None for predictors calibrated before it existed: the
+    distance alone, as they were)."""
+    X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+    answered = ~np.isnan(X)
+    some = answered.any(axis=1)
+    all_right = np.all(~answered | (X >= 1.0), axis=1) & some
+    all_wrong = np.all(~answered | (X <= 0.0), axis=1) & some
+    out = []
+    for i in range(X.shape[0]):
+        why: list[str] = []
+        if guard is not None:
+            if pred[i] > guard["score_max"]:
+                why.append(f"{STRONGER} (predicted {_pct(pred[i])} > best training score {_pct(guard['score_max'])})")
+            elif pred[i] < guard["score_min"]:
+                why.append(f"{WEAKER} (predicted {_pct(pred[i])} < weakest training score "
+                           f"{_pct(guard['score_min'])})")
+            if all_right[i] and guard["all_right_frac"] <= EDGE_STATE_MAX:
+                seen = guard["all_right_max"]
+                why.append(f"{ALL_RIGHT} ({_pct(guard['all_right_frac'])} % of the training models also answered "
+                           "every anchor right" + (f", scoring up to {_pct(seen)})" if seen is not None else ")"))
+            elif all_wrong[i] and guard["all_wrong_frac"] <= EDGE_STATE_MAX:
+                seen = guard["all_wrong_min"]
+                why.append(f"{ALL_WRONG} ({_pct(guard['all_wrong_frac'])} % of the training models also answered "
+                           "every anchor wrong" + (f", scoring down to {_pct(seen)})" if seen is not None else ")"))
+            elif guard["top_prediction"] < pred[i] <= guard["score_max"]:
+                why.append(f"{AT_TOP} (predicted {_pct(pred[i])}, above {100 * (1 - guard['edge_frac']):g} % of "
+                           "the calibration models' predictions)")
+        if d2[i] > ood["threshold"]:
+            why.append(f"{UNLIKE} (distance {d2[i]:.1f} > {ood['threshold']:.1f}, the {ood['percentile']:g}th "
+                       "percentile of the calibration models')")
+        out.append(tuple(why))
+    return out
+
+
+def direction(why: tuple[str, ...]) -> int:
+    """+1 when a reason says the model may be stronger than the training range, -1 weaker, 0 neither."""
+    if any(r.startswith(UPWARD) for r in why):
+        return 1
+    if any(r.startswith(DOWNWARD) for r in why):
+        return -1
+    return 0
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """Predictions of several models with their intervals and the guard's verdict."""
+
+    pred: np.ndarray
+    halfwidth: np.ndarray  #: conformal half-width (before clipping the interval to [0, 1])
+    lower: np.ndarray
+    upper: np.ndarray
+    d2: np.ndarray  #: answer-pattern distance
+    reasons: list[tuple[str, ...]]  #: per model; empty = nothing to flag
+
+    @property
+    def flagged(self) -> np.ndarray:
+        return np.array([bool(r) for r in self.reasons], dtype=bool)
+
+
+def guarded_predictions(est: AnchorEstimator, calibration: dict[str, Any], X: np.ndarray, *,
+                        imputed: np.ndarray | None = None, d2: np.ndarray | None = None) -> Guarded:
+    """Predictions, conformal intervals and flags for raw anchor answers ``X`` (NaN = not answered):
+    gaps filled by conditional imputation, intervals calibrated for exactly what was answered.
+    ``imputed``/``d2``: the imputed answers and distances when the caller has them (the outputs of a
+    joint predictor share them)."""
+    X = np.atleast_2d(np.asarray(X, dtype=np.float32))
+    ood = calibration["ood"]
+    d2 = cal.ood_scores(X, ood) if d2 is None else d2
+    pred = est.predict(cal.conditional_impute(X, ood) if imputed is None else imputed)
+    half = cal.halfwidths(est, pred, ~np.isnan(X), calibration)
+    lower, upper = cal.interval(pred, half)
+    return Guarded(pred, half, lower, upper, d2, reasons(X, pred, d2, ood, calibration.get("frontier")))
+
+
+@dataclass(frozen=True)
+class IntervalFigures:
+    """How predictions with intervals and flags fared on models with known scores (points, fractions)."""
+
+    mae: float
+    bias: float  #: mean of predicted - true (negative: too low)
+    coverage: float  #: share of models inside their interval
+    halfwidth: float  #: mean half-width (points)
+    flagged: float  #: share of models flagged
+    silent_misses: float  #: share of models outside their interval and not flagged
+    n: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"mae": self.mae, "bias": self.bias, "coverage": self.coverage, "halfwidth": self.halfwidth,
+                "flagged": self.flagged, "silent_misses": self.silent_misses, "n": self.n}
+
+
+def interval_figures(g: Guarded, truth: np.ndarray) -> IntervalFigures:
+    """:class:`IntervalFigures` of ``g`` against the true scores ``truth``."""
+    truth = np.asarray(truth, dtype=np.float64)
+    err = g.pred - truth
+    inside = (truth >= g.lower - 1e-9) & (truth <= g.upper + 1e-9)
+    flagged = g.flagged
+    return IntervalFigures(mae=float(np.mean(np.abs(err)) * 100), bias=float(np.mean(err) * 100),
+                           coverage=float(inside.mean()), halfwidth=float(np.mean(g.upper - g.lower) * 50),
+                           flagged=float(flagged.mean()), silent_misses=float((~inside & ~flagged).mean()),
+                           n=int(truth.size))
