@@ -423,9 +423,13 @@ class _BenchmarkPhase:
         if self.baseline is None:
             self.baseline = baseline_mae(self.matrix, self.split, self.k, s.seed, device=s.device)
         if self.frontier is None:
-            self.frontier = _stored_frontier(ctx.store, self.name, self.key) or frontier_selfcheck(
-                self.matrix, np.concatenate([self.split.train, self.split.val]), s.method, self.k, s.seed,
-                alpha=s.alpha, device=s.device)
+            setup = _selfcheck_setup(s, self.k)
+            self.frontier = _stored_frontier(ctx.store, self.name, setup, len(self.matrix.models))
+            if self.frontier is None:
+                figures = frontier_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]),
+                                             s.method, self.k, s.seed, alpha=s.alpha, device=s.device)
+                self.frontier = {**figures, "setup": setup, "measured_on": self.version,
+                                 "matrix_models": len(self.matrix.models)}
         save.baseline, save.frontier = self.baseline, self.frontier
 
     def _proposal(self, proposed: Candidate, challenger: Candidate | None, reason: str) -> Proposal:
@@ -454,7 +458,7 @@ class _BenchmarkPhase:
                 "train_models": len(split.train), "test_models": len(split.test),
                 "reused_fits": [c.origin for c in (proposal.proposed, proposal.challenger) if c and c.reused],
                 **{f"frontier_{name}": round(v, 4) for name, v in frontier_metrics(self.frontier or {}).items()},
-                "frontier_note": (self.frontier or {}).get("note", "")}
+                "frontier_note": (self.frontier or {}).get("note") or (self.frontier or {}).get("reused", "")}
 
 
 class _Champion(_BenchmarkPhase):
@@ -587,15 +591,36 @@ class _CandidateSaver:
                          reused)
 
 
-def _stored_frontier(db: Store, benchmark: str, key: str) -> dict[str, Any] | None:
-    """The frontier self-check already measured under this fit key (the champion phase's, read by the
-    challenger phase), or None: it depends on nothing the key does not cover, so it runs once per key."""
-    rows = db.query("SELECT params FROM anchor_sets WHERE benchmark = $b AND fit_key = $k ORDER BY anchor_set_id",
-                    {"b": benchmark, "k": key})
+#: the frontier self-check stands until the benchmark's models grew by this share since it was measured
+#: (as the method comparison does, :mod:`sparseeval.comparison`): it measures the method, K and seed on the
+#: strongest tenth of the fitting models, which a day's few dozen newcomers barely move, and it costs a
+#: second selection; re-measuring it daily would delay every publication by that much
+SELFCHECK_NEW_SHARE = 0.1
+
+
+def _selfcheck_setup(s: FitSettings, k: int) -> dict[str, Any]:
+    """Everything but the data that the frontier self-check's figures depend on."""
+    return {"method": s.method, "k": k, "seed": s.seed, "alpha": s.alpha, "split": s.split_policy,
+            "val_frac": s.val_frac, "test_frac": s.test_frac}
+
+
+def _stored_frontier(db: Store, benchmark: str, setup: dict[str, Any], n_models: int) -> dict[str, Any] | None:
+    """The newest frontier self-check stored with one of ``benchmark``'s anchor sets for the same
+    ``setup``, while the matrix has grown by less than :data:`SELFCHECK_NEW_SHARE` since it was measured;
+    its figures say so (``reused``). None: measure it again."""
+    rows = db.query("SELECT params FROM anchor_sets WHERE benchmark = $b AND method = $m AND k = $k "
+                    "AND seed = $s ORDER BY anchor_set_id DESC",
+                    {"b": benchmark, "m": setup["method"], "k": setup["k"], "s": setup["seed"]})
     for (params,) in rows.iter_rows():
-        figures = json.loads(params or "{}").get("frontier")
-        if figures:
-            return figures
+        figures = json.loads(params or "{}").get("frontier") or {}
+        if figures.get("setup") != setup or "matrix_models" not in figures:
+            continue
+        grown = (n_models - int(figures["matrix_models"])) / max(n_models, 1)
+        if not 0 <= grown < SELFCHECK_NEW_SHARE:
+            return None  # the newest measurement is too old (or from a larger matrix): measure again
+        return {**figures, "reused": f"measured on data version {figures['measured_on']} "
+                                     f"({figures['matrix_models']} models; {100 * grown:.1f} % new since, "
+                                     f"< {100 * SELFCHECK_NEW_SHARE:g} %)"}
     return None
 
 

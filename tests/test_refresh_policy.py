@@ -10,6 +10,7 @@ comparison when few models are new; a changed check setting on unchanged data re
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -158,3 +159,35 @@ def test_a_refit_that_fails_its_checks_can_still_be_replaced_by_a_fresh_selectio
     champion = store.champion("arc")
     assert champion["origin"] == "selected" and not set(champion["items"]) & set(anchors)
     assert audit(store, tracking, root / "predictors", "arc") == []
+
+
+def test_the_frontier_selfcheck_stands_until_the_models_grow_by_a_tenth(world: dict) -> None:
+    """The frontier self-check costs a second selection: a refresh whose benchmark grew by less than a
+    tenth since it was measured reuses it (and says so); more growth, or another setup, measures it anew."""
+    root, store, tracking = world["root"], Store(world["db"]), world["tracking"]
+    matrices = MatrixStore.beside(store)
+
+    def refresh(settings: FitSettings) -> dict:
+        update = matrices.update(store, "arc")
+        result = refresh_benchmark(update.matrix, store, tracking, root / "predictors", settings, publish=True,
+                                   challenger=False)
+        assert result.status == "decided", result.decision
+        params = store.query("SELECT params FROM anchor_sets WHERE anchor_set_id = $i", {"i": result.proposed}).item()
+        return json.loads(params)["frontier"]
+
+    def arrive(n: int, seed: int, suffix: str) -> None:
+        extra = generate_leaderboard(n_families=1, models_per_family=n, benchmarks={"arc": 120}, seed=seed)
+        write_leaderboard(_renamed(extra, suffix), root / "src" / suffix)
+        store.ingest(root / "src" / suffix)
+
+    settings = FitSettings(k=6, method="sparseeval-linear")
+    first = refresh(settings)
+    assert "reused" not in first and first["matrix_models"] == 96 and first["setup"]["method"] == "sparseeval-linear"
+    arrive(4, 5, "-a")  # 4 % new: the measurement stands
+    second = refresh(settings)
+    assert "4.0 % new since" in second["reused"] and second["measured_on"] == first["measured_on"]
+    arrive(8, 6, "-b")  # 12 of 108 new since it was measured: measured again on today's data
+    third = refresh(settings)
+    assert "reused" not in third and third["matrix_models"] == 108 and third["measured_on"] != first["measured_on"]
+    other = refresh(FitSettings(k=5, method="sparseeval-linear"))  # another K: its own measurement
+    assert "reused" not in other and other["setup"]["k"] == 5
