@@ -75,6 +75,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 atexit.register(gc.freeze)
 
 
+@pytest.fixture(autouse=True)
+def _mlflow_tracking_uri_restored() -> Generator[None, None, None]:
+    """``mlflow.set_tracking_uri`` also sets ``$MLFLOW_TRACKING_URI`` for the whole process, which the
+    command line then obeys: a test that calls it would send a later test's CLI runs (same xdist worker)
+    into its own, deleted, registry. Restore the variable after every test."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)  # (the library never uses MLflow's global URI)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
+
+
 @pytest.fixture
 def tmp_db(tmp_path: Path) -> Path:
     """Path of a DuckDB file that does not exist yet (the store creates it)."""

@@ -238,7 +238,9 @@ class Simulation:
                  "compare_ks": "SPARSEEVAL_COMPARE_KS", "compare_seeds": "SPARSEEVAL_COMPARE_SEEDS",
                  "joint_benchmarks": "SPARSEEVAL_JOINT_BENCHMARKS"}
         wanted = {env: str(self.settings[name]) for name, env in names.items() if name in self.settings}
-        wanted["SPARSEEVAL_DATA_DIR"] = str(self.root)  # the MLflow store the resources use
+        wanted["SPARSEEVAL_DATA_DIR"] = str(self.root)
+        # the MLflow store the resources use, named: an inherited $MLFLOW_TRACKING_URI would send the CLI elsewhere
+        wanted["MLFLOW_TRACKING_URI"] = self.resources()["tracking"].config().resolved_tracking_uri
         saved = {env: os.environ.get(env) for env in wanted}
         os.environ.update(wanted)
         try:
