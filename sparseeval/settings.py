@@ -75,7 +75,9 @@ class Setting:
     def value(self) -> Any:
         """The current value, parsed (None for an unset numeric setting without a default); a bad
         value is refused with a :class:`SettingError` naming the variable and what it holds."""
-        return self._parse(self.get(), f"${self.env}")
+        if self.parse is str:
+            return self.get()
+        return self._parse(os.environ.get(self.env, "").strip() or self.default, f"${self.env}")
 
     @property
     def default_value(self) -> Any:
