@@ -303,18 +303,23 @@ def markdown_tables() -> str:
     return "\n".join(lines)
 
 
-def readme_block(readme: str) -> str:
-    """The generated part of ``readme`` (between the markers), or a :class:`SettingError` when it has none."""
+def _readme_span(readme: str) -> re.Match[str]:
     match = re.search(re.escape(README_BEGIN) + r"\n(.*?)\n" + re.escape(README_END), readme, re.S)
     if match is None:
         raise SettingError(f"the README has no settings table between {README_BEGIN!r} and {README_END!r}")
-    return match.group(1)
+    return match
+
+
+def readme_block(readme: str) -> str:
+    """The generated part of ``readme`` (between the markers), or a :class:`SettingError` when it has none."""
+    return _readme_span(readme).group(1)
 
 
 def write_readme(path: Path) -> bool:
-    """Regenerate the settings table of the README at ``path``; whether it changed."""
+    """Regenerate the settings table of the README at ``path`` (only between its markers); whether it changed."""
     text = path.read_text()
-    updated = text.replace(readme_block(text), markdown_tables(), 1)
+    span = _readme_span(text)
+    updated = text[:span.start(1)] + markdown_tables() + text[span.end(1):]
     if updated != text:
         path.write_text(updated)
     return updated != text
