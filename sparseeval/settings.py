@@ -280,7 +280,9 @@ README_END = "<!-- end of settings table -->"
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    """Plain help text as a Markdown table cell: ``|``, ``<`` and ``*`` escaped (a cell separator, an HTML
+    tag, emphasis otherwise)."""
+    return re.sub(r"([|<*])", r"\\\1", text)
 
 
 def _code(value: Any) -> str:
