@@ -308,3 +308,16 @@ def test_a_bad_value_is_refused_naming_the_variable_and_the_value(monkeypatch: p
     assert ComparisonSettings.from_environment().methods == ("random", "sparseeval-linear")
     monkeypatch.setenv("SPARSEEVAL_K", "   ")  # blank: unset, the default
     assert FitSettings.from_environment().k == settings.DEFAULT_K
+
+
+def test_the_cli_refuses_a_bad_value_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from sparseeval import cli
+    from sparseeval.serve import cli as serve_cli
+
+    monkeypatch.setenv("SPARSEEVAL_K", "x")
+    assert cli.main(["fit", "--data", str(REPO), "--benchmark", "arc"]) == 2
+    assert capsys.readouterr().err.strip() == "error: $SPARSEEVAL_K must be a whole number, got 'x'"
+    monkeypatch.setenv("SPARSEEVAL_SERVE_MLFLOW_PORT", "5k")
+    with pytest.raises(SystemExit, match=r"serve: \$SPARSEEVAL_SERVE_MLFLOW_PORT must be a whole number, got '5k'"):
+        serve_cli.main(["status"])

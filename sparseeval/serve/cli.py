@@ -263,9 +263,13 @@ def main(argv: list[str] | None = None) -> int:
                                              "Dagster code server, webserver and daemon under supervisord.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("start", help="start every service that is not running")
-    st.add_argument("--dagster-port", type=int, default=settings.SETTINGS["serve_dagster_port"].value(),
+    try:
+        ports = {name: settings.SETTINGS[f"serve_{name}_port"].value() for name in ("dagster", "mlflow")}
+    except settings.SettingError as exc:
+        raise boot.ServeError(str(exc)) from None
+    st.add_argument("--dagster-port", type=int, default=ports["dagster"],
                     help=settings.overrides("serve_dagster_port"))
-    st.add_argument("--mlflow-port", type=int, default=settings.SETTINGS["serve_mlflow_port"].value(),
+    st.add_argument("--mlflow-port", type=int, default=ports["mlflow"],
                     help=settings.overrides("serve_mlflow_port"))
     st.add_argument("--code-port", type=int, default=0, help="code server's gRPC port (0: a free one)")
     st.add_argument("--pg-port", type=int, default=0, help="local Postgres port (0: a free one)")
