@@ -156,6 +156,10 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
     Setting("SPARSEEVAL_SERVE_MLFLOW_HOST", "127.0.0.1",
             "interface the MLflow server binds (make serve); anything but 127.0.0.1 turns on its basic-auth app "
             "and needs MLFLOW_AUTH_ADMIN_PASSWORD", scope="serve"),
+    Setting("SPARSEEVAL_SERVICE", "",
+            "set by make serve on every process a service starts (its name and data folder), never by hand: "
+            "how a restart or make serve-stop finds a service's leftovers (read from /proc/PID/environ)",
+            scope="serve"),
     Setting("SPARSEEVAL_FAILPOINT", "",
             "test-only hook: the publication step boundary (before-register, after-register, ..., after-alias) "
             "where the process kills itself (SIGKILL), so crash tests prove every boundary recoverable",
