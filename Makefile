@@ -14,7 +14,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install run test test-fast lint predictors ui mlflow-ui serve serve-stop serve-status bench-serve clean \
 	bench-accuracy bench-speed bench-ingest bench-coverage bench-refresh bench-simulate bench-ui bench-sql-start \
-	bench-hub-refresh mutants bench-days
+	bench-hub-refresh mutants bench-days settings-table
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -42,6 +42,10 @@ test-fast: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+
+# README's settings tables, regenerated from sparseeval/settings.py (tests/test_settings_home.py checks them)
+settings-table: install
+	$(PY) -m sparseeval.settings README.md
 
 # The Open LLM Leaderboard v1 predictors (one per benchmark, and the joint one), each a folder ready for
 # `hf upload ORG/REPO predictors/openllm_v1/<benchmark> .`: predictor.json, state.safetensors, the model

@@ -9,7 +9,6 @@ median and the fastest wall time. Measured, never asserted (it depends on the ma
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -17,14 +16,16 @@ import sys
 import time
 from pathlib import Path
 
+from sparseeval import settings
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    data = Path(os.environ.get("SPARSEEVAL_DATA_DIR") or ROOT / "data")
-    parser.add_argument("--db", type=Path, default=Path(os.environ.get("SPARSEEVAL_DB") or data / "sparseeval.duckdb"))
+    # $SPARSEEVAL_DB, else <data dir>/sparseeval.duckdb; a relative path is the repository's
+    parser.add_argument("--db", type=Path, default=ROOT / settings.db_path())
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args(argv)
     if not args.db.is_file():

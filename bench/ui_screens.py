@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparseeval import settings
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -153,9 +155,10 @@ def check_page(page: Page, text: str, png: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("SPARSEEVAL_DATA_DIR") or ROOT / "data"))
+    # $SPARSEEVAL_DATA_DIR and $DAGSTER_HOME; relative paths (and the defaults) are the repository's
+    parser.add_argument("--data-dir", type=Path, default=ROOT / settings.data_dir())
     parser.add_argument("--dagster-home", type=Path,
-                        default=Path(os.environ.get("DAGSTER_HOME") or ROOT / ".dagster_home"))
+                        default=ROOT / (settings.foreign("DAGSTER_HOME") or ".dagster_home"))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screens")
     parser.add_argument("--experiment", default="sparseeval")
     parser.add_argument("--asset", default="candidate", help="the asset whose page is shot")
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     data, home = args.data_dir.resolve(), args.dagster_home.resolve()
-    missing = [p for p in (data / "mlflow.db", data / "sparseeval.duckdb", home / "dagster.yaml") if not p.exists()]
+    missing = [p for p in (data / "mlflow.db", data / settings.DB_FILE, home / "dagster.yaml") if not p.exists()]
     if missing:
         print(f"missing {', '.join(map(str, missing))}: run `make run` first (or pass --data-dir/--dagster-home)",
               file=sys.stderr)

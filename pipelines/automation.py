@@ -46,7 +46,7 @@ from sparseeval.refresh import fit_key, joint_data_version, stale_benchmarks
 from sparseeval.store.pinning import unit_sha256
 
 #: seconds between sensor evaluations (``SPARSEEVAL_SENSOR_INTERVAL``; read when the code location loads)
-SENSOR_INTERVAL = int(defaults.SETTINGS["sensor_interval"].get())
+SENSOR_INTERVAL: int = defaults.SETTINGS["sensor_interval"].value()
 
 ingest_job = dg.define_asset_job(
     "ingest", selection=dg.AssetSelection.assets(raw_results),

@@ -7,7 +7,6 @@ environment, and its value is read when the run starts); an unset one takes the 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,15 @@ from sparseeval.synthetic import generate_leaderboard, write_leaderboard
 from sparseeval.tracking import TrackingConfig
 
 
-def _env_or(name: str, default: Any) -> Any:
-    """``dg.EnvVar`` for a setting whose variable is set, else its default value."""
+def _env_or(name: str, default: Any = None) -> Any:
+    """``dg.EnvVar`` for a setting whose variable is set, else ``default`` (None: the setting's own,
+    as the resource field holds it: a number parsed, a list as its comma-separated text)."""
     setting = defaults.SETTINGS[name]
-    if os.environ.get(setting.env):
-        return dg.EnvVar.int(setting.env) if isinstance(default, int) and not isinstance(default, bool) \
-            else dg.EnvVar(setting.env)
-    return default
+    if setting.is_set():
+        return dg.EnvVar.int(setting.env) if setting.parse is int else dg.EnvVar(setting.env)
+    if default is not None:
+        return default
+    return setting.default_value if setting.parse in (int, float) else setting.default
 
 
 class StoreResource(dg.ConfigurableResource):
@@ -50,7 +51,7 @@ class TrackingResource(dg.ConfigurableResource):
 
     data_dir: str
     tracking_uri: str | None = None
-    experiment: str = "sparseeval"
+    experiment: str = TrackingConfig.experiment
 
     def config(self) -> TrackingConfig:
         return TrackingConfig(tracking_uri=self.tracking_uri or None, experiment=self.experiment,
@@ -67,9 +68,10 @@ class SourceResource(dg.ConfigurableResource):
     """
 
     path: str = ""
-    data_dir: str = "data"
+    data_dir: str = defaults.SETTINGS["data_dir"].default
     synthetic_seed: int = 0
-    hub_tasks: str = ""  # SPARSEEVAL_HUB_TASKS: the tasks whose files a Hub source downloads ('' = all)
+    #: SPARSEEVAL_HUB_TASKS: the tasks whose files a Hub source downloads ('' = all)
+    hub_tasks: str = defaults.SETTINGS["hub_tasks"].default
 
     def hub(self) -> list[HubSource]:
         """The ``hf://datasets/...`` sources among the comma-separated ``path``."""
@@ -120,8 +122,8 @@ class SettingsResource(dg.ConfigurableResource):
     challenger_min_days: float = _FIT.challenger_min_days
     coverage_tolerance: float = _FIT.coverage_tolerance
     frontier_silent_max: float = _FIT.frontier_silent_max
-    predictor_dir: str = "data/predictors"
-    joint_benchmarks: str = ""  #: benchmarks of the joint predictor ("" every plain one, "none" off)
+    predictor_dir: str = str(Path(defaults.SETTINGS["data_dir"].default) / defaults.PREDICTORS_FOLDER)
+    joint_benchmarks: str = _FIT.joint_benchmarks  #: benchmarks of the joint predictor ("" every plain one, "none" off)
 
     def fit(self) -> FitSettings:
         """The refresh's settings as the library takes them."""
@@ -160,26 +162,16 @@ def default_resources() -> dict[str, Any]:
     root = defaults.data_dir()
     return {
         "store": StoreResource(path=_env_or("db", str(defaults.db_path()))),
-        "tracking": TrackingResource(data_dir=str(root), tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or None),
-        "source": SourceResource(path=_env_or("source", ""), data_dir=str(root), hub_tasks=_env_or("hub_tasks", "")),
+        "tracking": TrackingResource(data_dir=str(root), tracking_uri=defaults.foreign("MLFLOW_TRACKING_URI") or None),
+        "source": SourceResource(path=_env_or("source"), data_dir=str(root), hub_tasks=_env_or("hub_tasks")),
         "settings": SettingsResource(
-            k=_env_or("k", defaults.DEFAULT_K),
-            method=_env_or("method", defaults.DEFAULT_METHOD),
-            seed=_env_or("seed", 0),
-            device=_env_or("device", "auto"),
-            compare_methods=_env_or("compare_methods", defaults.SETTINGS["compare_methods"].default),
-            compare_seeds=_env_or("compare_seeds", int(defaults.SETTINGS["compare_seeds"].default)),
-            compare_ks=_env_or("compare_ks", defaults.SETTINGS["compare_ks"].default),
+            **{name: _env_or(name) for name in ("k", "method", "seed", "device", "compare_methods", "compare_seeds",
+                                                "compare_ks", "joint_benchmarks")},
             predictor_dir=_env_or("predictors", str(defaults.predictor_dir())),
-            joint_benchmarks=_env_or("joint_benchmarks", ""),
             # floats: read once here (dg.EnvVar carries strings and ints only)
-            alpha=float(defaults.SETTINGS["alpha"].get()),
-            challenger_margin=float(defaults.SETTINGS["challenger_margin"].get()),
-            challenger_min_days=float(defaults.SETTINGS["challenger_min_days"].get()),
-            coverage_tolerance=float(defaults.SETTINGS["coverage_tolerance"].get()),
-            compare_new_share=float(defaults.SETTINGS["compare_new_share"].get()),
-            compare_budget_s=float(defaults.SETTINGS["compare_budget_s"].get()),
-            frontier_silent_max=float(defaults.SETTINGS["frontier_silent_max"].get()),
+            **{name: defaults.SETTINGS[name].value() for name in (
+                "alpha", "challenger_margin", "challenger_min_days", "coverage_tolerance", "compare_new_share",
+                "compare_budget_s", "frontier_silent_max")},
         ),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }

@@ -17,13 +17,18 @@ The plan says what it cut (``reduced``, ``dropped``), so the comparison is repor
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sparseeval import settings
+
 #: environment variable of the comparison's budget in seconds (per benchmark)
-BUDGET_ENV = "SPARSEEVAL_COMPARE_BUDGET_S"
-DEFAULT_BUDGET_S = 300.0
+BUDGET_ENV = settings.SETTINGS["compare_budget_s"].env
+DEFAULT_BUDGET_S: float = settings.SETTINGS["compare_budget_s"].default_value
+#: the comparison's default Ks and seeds (``$SPARSEEVAL_COMPARE_KS``, ``$SPARSEEVAL_COMPARE_SEEDS`` from the seed)
+DEFAULT_KS: tuple[int, ...] = settings.SETTINGS["compare_ks"].default_value
+DEFAULT_SEEDS = tuple(range(settings.DEFAULT_SEED,
+                            settings.DEFAULT_SEED + settings.SETTINGS["compare_seeds"].default_value))
 #: methods a reduced comparison still runs (the published method family and its bar)
 ALWAYS = ("random-linear", "sparseeval-linear")
 
@@ -89,26 +94,23 @@ def _total(methods: Sequence[str], ks: Sequence[int], n_seeds: int, n_models: in
 
 
 def budget_from_env(default: float = DEFAULT_BUDGET_S) -> float:
-    raw = os.environ.get(BUDGET_ENV, "").strip()
-    if not raw:
+    """``$SPARSEEVAL_COMPARE_BUDGET_S`` in seconds (0 or less: no budget), else ``default``; a value
+    that is not a number is refused naming the variable."""
+    setting = settings.SETTINGS["compare_budget_s"]
+    if not setting.is_set():
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{BUDGET_ENV} must be a number of seconds, got {raw!r}") from None
+    value = setting.value()
     return math.inf if value <= 0 else value
 
 
 def comparison_plan(n_models: int, n_items: int, methods: Sequence[str] | None = None,
-                    ks: Sequence[int] = (10, 20), seeds: Sequence[int] = (0, 1, 2), *,
+                    ks: Sequence[int] = DEFAULT_KS, seeds: Sequence[int] = DEFAULT_SEEDS, *,
                     budget_s: float | None = None) -> ComparisonPlan:
     """The comparison to run on a ``n_models`` x ``n_items`` benchmark within ``budget_s`` seconds
     (default ``$SPARSEEVAL_COMPARE_BUDGET_S`` or 300; 0 or less: no budget). Ks above the item count
     are left out, as :func:`sparseeval.evaluation.run_protocol` would skip them."""
-    from sparseeval.evaluation import DEFAULT_METHODS
-
     budget = budget_from_env() if budget_s is None else (math.inf if budget_s <= 0 else float(budget_s))
-    req_methods = tuple(methods if methods is not None else DEFAULT_METHODS)
+    req_methods = tuple(methods if methods is not None else settings.PROTOCOL_METHODS)
     req_ks = tuple(k for k in ks if k <= n_items) or (min(ks),)
     req_seeds = tuple(seeds)
     cur_m, cur_k, n_seeds = list(req_methods), sorted(req_ks), len(req_seeds)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from sparseeval import settings as defaults
 from sparseeval.errors import UsageError
 from sparseeval.methods.base import AnchorEstimator, impute
 
@@ -243,7 +244,8 @@ def fit_guard(X_train: np.ndarray, s_train: np.ndarray, pred_cal: np.ndarray, *,
 
 
 def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, X_train: np.ndarray, *,
-              alpha: float = 0.1, seed: int = 0, ood_percentile: float = 99.0,
+              alpha: float = defaults.DEFAULT_ALPHA, seed: int = defaults.DEFAULT_SEED,
+              ood_percentile: float = defaults.DEFAULT_OOD_PERCENTILE,
               cache: dict[bytes, np.ndarray] | None = None, s_train: np.ndarray | None = None) -> dict[str, Any]:
     """Calibrate intervals and the OOD threshold of a fitted ``estimator``.
 

@@ -17,6 +17,7 @@ from datetime import datetime
 
 import numpy as np
 
+from sparseeval import settings as defaults
 from sparseeval.calibration import conformal_quantile, scale_of
 from sparseeval.evaluation import fit_on_split, score_on_split
 from sparseeval.matrix import ResponseMatrix
@@ -27,7 +28,7 @@ from sparseeval.splits import Split
 
 
 def refit_on_anchors(matrix: ResponseMatrix, split: Split, method: str, items: list[str], seed: int, *,
-                     device: str = "auto") -> AnchorEstimator:
+                     device: str = defaults.DEFAULT_DEVICE) -> AnchorEstimator:
     """``method``'s final predictor fitted on the split's training models with the anchors fixed
     to ``items`` (no selection): the champion refit on new data.
 
@@ -77,13 +78,14 @@ def mean_guess_mae(scores: np.ndarray, split: Split) -> float:
     return float(np.mean(np.abs(scores[split.train].mean() - scores[split.test])) * 100.0)
 
 
-def baseline_mae(matrix: ResponseMatrix, split: Split, k: int, seed: int, *, device: str = "auto") -> float:
+def baseline_mae(matrix: ResponseMatrix, split: Split, k: int, seed: int, *,
+                 device: str = defaults.DEFAULT_DEVICE) -> float:
     """``random-linear`` (random anchors + ridge) on the same split: the bar a predictor must clear."""
     return heldout_mae(matrix, split, fit_on_split(matrix, split, "random-linear", k, seed, device=device))
 
 
 def crossfit_coverage(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *, alpha: float,
-                      seed: int = 0, mode: str = "binomial") -> float | None:
+                      seed: int = defaults.DEFAULT_SEED, mode: str = "binomial") -> float | None:
     """Honest interval coverage on held-out models: the test models are cut in two halves; the
     conformal quantile of one half is applied to the other, both ways. (The published calibration
     uses all of them, so measuring coverage on those same models would be circular.) None when a
@@ -116,7 +118,7 @@ def _crossfit(answers: Callable[[np.ndarray], np.ndarray], scores: np.ndarray, s
 # The joint predictor's publishing bar: every benchmark, on the joint split's held-out models
 # ------------------------------------------------------------------------------------------------
 def joint_baseline_maes(matrices: Sequence[ResponseMatrix], split: Split, k: int, seed: int, *,
-                        device: str = "auto") -> dict[str, float]:
+                        device: str = defaults.DEFAULT_DEVICE) -> dict[str, float]:
     """Per benchmark, ``random-linear`` with ``k`` of its own items on the joint split (``matrices``
     restricted to the joint models, in the joint data's model order): the bar each output of a
     ``sparseeval-joint`` predictor with ``k`` items per benchmark must clear; ``mean``: the mean of
@@ -133,7 +135,8 @@ def joint_baseline_maes(matrices: Sequence[ResponseMatrix], split: Split, k: int
     return out
 
 
-def joint_crossfit_coverage(data: JointData, split: Split, est: JointSparseEval, *, alpha: float, seed: int = 0,
+def joint_crossfit_coverage(data: JointData, split: Split, est: JointSparseEval, *, alpha: float,
+                            seed: int = defaults.DEFAULT_SEED,
                             modes: dict[str, str] | None = None) -> dict[str, float | None]:
     """:func:`crossfit_coverage` of every output of a joint estimator (each benchmark and the mean),
     each with its own calibration scale ``modes[name]`` (default binomial)."""

@@ -131,7 +131,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _chosen(argv)
-    parser = build_parser(command if command in COMMANDS else None)
+    try:
+        parser = build_parser(command if command in COMMANDS else None)
+    except UserError as exc:  # a bad $SPARSEEVAL_* value, read as an option's default
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     # the command's own output is its table; library logs are for -v. Progress lines (the plain
     # stand-in for a progress bar when stderr is not a terminal) show unless --quiet.

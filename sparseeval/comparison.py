@@ -49,26 +49,28 @@ from sparseeval.tracking import TrackingConfig, log_comparison, tracked_run
 class ComparisonSettings:
     """What the comparison runs (methods, Ks, seeds, split) and when it is due (``new_share``)."""
 
-    methods: tuple[str, ...] = tuple(defaults.SETTINGS["compare_methods"].default.split(","))
-    ks: tuple[int, ...] = tuple(int(k) for k in defaults.SETTINGS["compare_ks"].default.split(","))
-    seeds: int = int(defaults.SETTINGS["compare_seeds"].default)
-    seed: int = 0
-    split_policy: str = "random"
-    val_frac: float = 0.1
-    test_frac: float = 0.2
-    device: str = "auto"
+    methods: tuple[str, ...] = defaults.SETTINGS["compare_methods"].default_value
+    ks: tuple[int, ...] = defaults.SETTINGS["compare_ks"].default_value
+    seeds: int = defaults.SETTINGS["compare_seeds"].default_value
+    seed: int = defaults.DEFAULT_SEED
+    split_policy: str = defaults.DEFAULT_SPLIT_POLICY
+    val_frac: float = defaults.DEFAULT_VAL_FRAC
+    test_frac: float = defaults.DEFAULT_TEST_FRAC
+    device: str = defaults.DEFAULT_DEVICE
     #: seconds the comparison may take (0: no budget): it decides which cells run, so it is in the key
-    budget_s: float = float(defaults.SETTINGS["compare_budget_s"].default)
+    budget_s: float = defaults.SETTINGS["compare_budget_s"].default_value
     #: share of new models since the last comparison that makes a new one due (else: the weekly schedule)
-    new_share: float = float(defaults.SETTINGS["compare_new_share"].default)
+    new_share: float = defaults.SETTINGS["compare_new_share"].default_value
 
     @classmethod
     def from_environment(cls) -> ComparisonSettings:
-        get = {name: s.get() for name, s in defaults.SETTINGS.items()}
-        return cls(methods=tuple(m.strip() for m in get["compare_methods"].split(",") if m.strip()),
-                   ks=tuple(int(k) for k in get["compare_ks"].split(",") if k.strip()),
-                   seeds=int(get["compare_seeds"]), seed=int(get["seed"]), device=get["device"],
-                   budget_s=float(get["compare_budget_s"]), new_share=float(get["compare_new_share"]))
+        """The settings as ``$SPARSEEVAL_*`` (or their defaults) say (a bad value is refused naming its variable)."""
+        value = {name: defaults.SETTINGS[name].value() for name in ("compare_methods", "compare_ks", "compare_seeds",
+                                                                    "seed", "device", "compare_budget_s",
+                                                                    "compare_new_share")}
+        return cls(methods=value["compare_methods"], ks=value["compare_ks"], seeds=value["compare_seeds"],
+                   seed=value["seed"], device=value["device"], budget_s=value["compare_budget_s"],
+                   new_share=value["compare_new_share"])
 
     def key_settings(self) -> dict[str, Any]:
         """Every setting that changes the comparison's result (its key; the budget decides which of its

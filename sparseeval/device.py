@@ -10,6 +10,8 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from sparseeval import settings
+
 if TYPE_CHECKING:
     import torch
 
@@ -33,7 +35,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 
 
 #: environment variable capping the CPU threads of one fit (e.g. 1 when several fits run side by side)
-THREADS_ENV = "SPARSEEVAL_THREADS"
+THREADS_ENV = settings.SETTINGS["threads"].env
 
 
 def available_cpus() -> int:
@@ -59,12 +61,7 @@ def cpu_threads(requested: int | None = None) -> int:
     a time through its ``sparseeval_fit`` pool)."""
     cpus = available_cpus()
     if requested is None:
-        raw = os.environ.get(THREADS_ENV, "").strip()
-        if raw:
-            try:
-                requested = int(raw)
-            except ValueError:
-                raise ValueError(f"{THREADS_ENV} must be a whole number of threads, got {raw!r}") from None
+        requested = settings.SETTINGS["threads"].value()  # a bad value: a SettingError (a ValueError)
     if requested is None or requested <= 0:
         return cpus
     return min(int(requested), cpus)

@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from sparseeval import calibration as cal
+from sparseeval import settings as defaults
 from sparseeval.frontier import guarded_predictions, interval_figures
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods import AnchorEstimator, make_estimator
@@ -43,8 +44,7 @@ from sparseeval.splits import FRONTIER_QUANTILE, Split, SplitPolicy, frontier_cu
 log = logging.getLogger(__name__)
 
 #: the methods compared by default (all registered baselines and both SparseEval proxies)
-DEFAULT_METHODS = ("random", "random-linear", "anchor-points", "irt", "p-irt", "gp-irt",
-                   "sparseeval-linear", "sparseeval-mlp", "sparseeval-headroom")
+DEFAULT_METHODS = defaults.PROTOCOL_METHODS
 
 
 @dataclass
@@ -91,13 +91,14 @@ INTERVAL_FIELDS = ("bias", "coverage", "halfwidth", "flagged", "silent_misses", 
 class ProtocolConfig:
     """How models are split; the same config gives the same splits for every method."""
 
-    split_policy: SplitPolicy = "random"
-    val_frac: float = 0.1
-    test_frac: float = 0.2  #: ignored by the frontier policies (their test share is 1 - frontier_quantile)
+    split_policy: SplitPolicy = defaults.DEFAULT_SPLIT_POLICY  # type: ignore[assignment]
+    val_frac: float = defaults.DEFAULT_VAL_FRAC
+    #: ignored by the frontier policies (their test share is 1 - frontier_quantile)
+    test_frac: float = defaults.DEFAULT_TEST_FRAC
     frontier_quantile: float = FRONTIER_QUANTILE
     #: share of the fitting side held out as conformal calibration models (0: point predictions only)
     calibration_frac: float = 0.0
-    alpha: float = 0.1  #: interval miscoverage when calibrating
+    alpha: float = defaults.DEFAULT_ALPHA  #: interval miscoverage when calibrating
     #: flag with the extrapolation guard's reasons too (False: the answer-pattern distance alone, as
     #: predictors calibrated before the guard existed: the "before" figures)
     guard: bool = True

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from sparseeval import settings as defaults
+
 #: nominal interval levels of the coverage plot
 LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
@@ -71,8 +73,8 @@ def _crossfit(matrix: Any, split: Any, est: Any, alphas: Sequence[float], seed: 
     return test, true, pred, half
 
 
-def heldout_intervals(matrix: Any, split: Any, est: Any, *, alpha: float = 0.1, seed: int = 0,
-                      mode: str = "binomial") -> HeldOut:
+def heldout_intervals(matrix: Any, split: Any, est: Any, *, alpha: float = defaults.DEFAULT_ALPHA,
+                      seed: int = defaults.DEFAULT_SEED, mode: str = "binomial") -> HeldOut:
     """Every test model of ``split``: true score, ``est``'s prediction from its anchor answers, and
     the cross-fitted ``1 - alpha`` interval (infinite half-width, clipped to [0, 1], when a half is
     too small for a finite quantile)."""
@@ -82,8 +84,8 @@ def heldout_intervals(matrix: Any, split: Any, est: Any, *, alpha: float = 0.1, 
                    lower=np.clip(pred - h, 0.0, 1.0), upper=np.clip(pred + h, 0.0, 1.0), level=1.0 - alpha)
 
 
-def coverage_by_level(matrix: Any, split: Any, est: Any, *, levels: Sequence[float] = LEVELS, seed: int = 0,
-                      mode: str = "binomial") -> dict[float, float]:
+def coverage_by_level(matrix: Any, split: Any, est: Any, *, levels: Sequence[float] = LEVELS,
+                      seed: int = defaults.DEFAULT_SEED, mode: str = "binomial") -> dict[float, float]:
     """Nominal level -> share of the split's test models inside their cross-fitted interval."""
     alphas = [round(1.0 - lv, 10) for lv in levels]
     _, true, pred, half = _crossfit(matrix, split, est, alphas, seed, mode)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparseeval import settings
 from sparseeval.artifact import META_FILE, PredictorArtifact, load_predictor
 from sparseeval.names import slug
 from sparseeval.store.connection import pid_alive
@@ -54,7 +55,7 @@ FAILPOINTS = ("before-register", "after-register", "after-registered", "after-sw
 
 def failpoint(name: str) -> None:
     """SIGKILL this process when ``SPARSEEVAL_FAILPOINT`` names ``name`` (crash tests only)."""
-    if os.environ.get("SPARSEEVAL_FAILPOINT") == name:
+    if settings.SETTINGS["failpoint"].get() == name:
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -116,29 +116,26 @@ class FitSettings:
 
     k: int = defaults.DEFAULT_K
     method: str = defaults.DEFAULT_METHOD
-    seed: int = 0
-    val_frac: float = 0.1
-    test_frac: float = 0.2
-    split_policy: str = "random"
+    seed: int = defaults.DEFAULT_SEED
+    val_frac: float = defaults.DEFAULT_VAL_FRAC
+    test_frac: float = defaults.DEFAULT_TEST_FRAC
+    split_policy: str = defaults.DEFAULT_SPLIT_POLICY
     alpha: float = defaults.DEFAULT_ALPHA
-    coverage_tolerance: float = float(defaults.SETTINGS["coverage_tolerance"].default)
-    challenger_margin: float = float(defaults.SETTINGS["challenger_margin"].default)
-    challenger_min_days: float = float(defaults.SETTINGS["challenger_min_days"].default)
-    frontier_silent_max: float = float(defaults.SETTINGS["frontier_silent_max"].default)
-    device: str = "auto"
+    coverage_tolerance: float = defaults.SETTINGS["coverage_tolerance"].default_value
+    challenger_margin: float = defaults.SETTINGS["challenger_margin"].default_value
+    challenger_min_days: float = defaults.SETTINGS["challenger_min_days"].default_value
+    frontier_silent_max: float = defaults.SETTINGS["frontier_silent_max"].default_value
+    device: str = defaults.DEFAULT_DEVICE
     #: the joint predictor's benchmarks ("" every plain one, "none" off)
-    joint_benchmarks: str = ""
+    joint_benchmarks: str = defaults.SETTINGS["joint_benchmarks"].default_value
 
     @classmethod
     def from_environment(cls) -> FitSettings:
-        """The settings as ``$SPARSEEVAL_*`` (or their defaults) say: what the CLI and ``make run`` use."""
-        get = {name: s.get() for name, s in defaults.SETTINGS.items()}
-        return cls(k=int(get["k"]), method=get["method"], seed=int(get["seed"]), alpha=float(get["alpha"]),
-                   coverage_tolerance=float(get["coverage_tolerance"]),
-                   challenger_margin=float(get["challenger_margin"]),
-                   challenger_min_days=float(get["challenger_min_days"]),
-                   frontier_silent_max=float(get["frontier_silent_max"]), device=get["device"],
-                   joint_benchmarks=get["joint_benchmarks"])
+        """The settings as ``$SPARSEEVAL_*`` (or their defaults) say: what the CLI and ``make run`` use
+        (a value that does not parse is refused naming its variable)."""
+        names = ("k", "method", "seed", "alpha", "coverage_tolerance", "challenger_margin", "challenger_min_days",
+                 "frontier_silent_max", "device", "joint_benchmarks")
+        return cls(**{name: defaults.SETTINGS[name].value() for name in names})
 
     def key_settings(self) -> dict[str, Any]:
         """Every setting that changes a fit, its calibration, its checks or the decision: the fit key's."""

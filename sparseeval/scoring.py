@@ -15,6 +15,7 @@ import polars as pl
 
 import sparseeval.methods  # registers every method: fitting and loading predictors look them up by name
 from sparseeval import calibration as cal
+from sparseeval import settings as defaults
 from sparseeval.adaptive import adaptive_info, is_prefix, order_of
 from sparseeval.artifact import PredictorArtifact, build_anchors, load_predictor
 from sparseeval.errors import UsageError, UserError
@@ -26,7 +27,7 @@ from sparseeval.methods.joint import JOINT_METHOD, MEAN, JointData, JointSparseE
 from sparseeval.splits import Split, make_split
 
 #: fraction of the fitting models the estimator may use for early stopping (never calibration)
-VAL_FRAC = 0.1
+VAL_FRAC = defaults.DEFAULT_VAL_FRAC
 
 
 class TooFewAnchorsError(UserError, ValueError):
@@ -277,8 +278,9 @@ def _train_summary(models: list[str], scores: np.ndarray, dates: pl.DataFrame | 
 
 
 def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmark: str, k: int,
-                  method: str, *, calibration_frac: float = 0.2, seed: int = 0, device: str = "auto",
-                  alpha: float = 0.1, models: pl.DataFrame | None = None,
+                  method: str, *, calibration_frac: float = defaults.DEFAULT_CALIBRATION_FRAC,
+                  seed: int = defaults.DEFAULT_SEED, device: str = defaults.DEFAULT_DEVICE,
+                  alpha: float = defaults.DEFAULT_ALPHA, models: pl.DataFrame | None = None,
                   method_params: dict[str, Any] | None = None, row_mean_is_score: bool = False,
                   settings: dict[str, Any] | None = None) -> PredictorArtifact:
     """Fit ``method`` with ``k`` anchors on ``benchmark`` and calibrate it; return an unsaved artifact.
@@ -299,8 +301,9 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
     return artifact_from_fit(matrix, split, est, alpha=alpha, seed=seed, models=models, settings=settings)
 
 
-def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *, alpha: float = 0.1,
-                      seed: int = 0, models: pl.DataFrame | None = None,
+def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *,
+                      alpha: float = defaults.DEFAULT_ALPHA, seed: int = defaults.DEFAULT_SEED,
+                      models: pl.DataFrame | None = None,
                       settings: dict[str, Any] | None = None,
                       frontier: dict[str, Any] | None = None) -> PredictorArtifact:
     """Calibrate an estimator fitted on ``split.train`` (+ ``split.val``) on the held-out
@@ -337,7 +340,7 @@ def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator
 # ------------------------------------------------------------------------------------------------
 # Joint predictors (sparseeval-joint): several benchmarks, one anchor set
 # ------------------------------------------------------------------------------------------------
-def fit_joint(data: JointData, split: Split, k: int, seed: int, *, device: str = "auto",
+def fit_joint(data: JointData, split: Split, k: int, seed: int, *, device: str = defaults.DEFAULT_DEVICE,
               method_params: dict[str, Any] | None = None) -> JointSparseEval:
     """Fit ``sparseeval-joint`` with ``k`` items *per benchmark* on ``split.train`` (``split.val``
     for early stopping and alphas); test rows are never touched."""
@@ -349,8 +352,9 @@ def fit_joint(data: JointData, split: Split, k: int, seed: int, *, device: str =
                    data.S[split.val] if has_val else None)
 
 
-def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval, *, alpha: float = 0.1,
-                            seed: int = 0, models: pl.DataFrame | None = None,
+def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval, *,
+                            alpha: float = defaults.DEFAULT_ALPHA, seed: int = defaults.DEFAULT_SEED,
+                            models: pl.DataFrame | None = None,
                             settings: dict[str, dict[str, Any]] | None = None) -> PredictorArtifact:
     """Calibrate a joint estimator fitted on ``split.train`` (+ ``split.val``) on the held-out
     ``split.test`` models, per output (every benchmark and the mean), and wrap it as an unsaved
@@ -389,7 +393,8 @@ def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval,
 
 
 def fit_joint_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmarks: list[str], k: int, *,
-                        calibration_frac: float = 0.2, seed: int = 0, device: str = "auto", alpha: float = 0.1,
+                        calibration_frac: float = defaults.DEFAULT_CALIBRATION_FRAC, seed: int = defaults.DEFAULT_SEED,
+                        device: str = defaults.DEFAULT_DEVICE, alpha: float = defaults.DEFAULT_ALPHA,
                         models: pl.DataFrame | None = None, method_params: dict[str, Any] | None = None,
                         row_mean_is_score: bool = False,
                         settings: dict[str, dict[str, Any]] | None = None) -> PredictorArtifact:

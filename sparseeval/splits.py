@@ -22,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from sparseeval import settings as defaults
 from sparseeval.errors import UsageError
 
 SplitPolicy = Literal["random", "family", "date", "frontier", "frontier-low"]
@@ -90,8 +91,9 @@ def _sorted_split(train: np.ndarray, val: np.ndarray, test: np.ndarray) -> Split
     return Split(np.sort(train), np.sort(val), np.sort(test))
 
 
-def make_split(models: Sequence[str], *, policy: SplitPolicy = "random", val_frac: float = 0.1,
-               test_frac: float = 0.2, seed: int = 0,
+def make_split(models: Sequence[str], *, policy: SplitPolicy = defaults.DEFAULT_SPLIT_POLICY,  # type: ignore[assignment]
+               val_frac: float = defaults.DEFAULT_VAL_FRAC, test_frac: float = defaults.DEFAULT_TEST_FRAC,
+               seed: int = defaults.DEFAULT_SEED,
                dates: Sequence[np.datetime64 | None] | None = None, scores: np.ndarray | None = None,
                frontier_quantile: float = FRONTIER_QUANTILE) -> Split:
     """Split ``models`` (row order of the matrix) into train / val / test index arrays.

@@ -58,7 +58,11 @@ ROWS: dict[str, tuple[Any, set[str]]] = {
 }
 
 #: settings of sparseeval.settings that are no refresh setting (the rest are SettingsResource fields)
-NOT_REFRESH = {"data_dir", "db", "source", "hub_tasks", "duckdb_memory", "sensor_interval"}
+NOT_REFRESH = {"data_dir", "db", "source", "hub_tasks", "duckdb_memory", "sensor_interval",
+               # the fit's threads (not the result's: a near-tie may differ, see device.cpu_threads), the
+               # served mode's binaries and ports, the crash tests' hook
+               "threads", "pg_bin", "serve_dagster_port", "serve_mlflow_port", "serve_mlflow_host", "service",
+               "failpoint"}
 #: a settings name whose resource field is spelled otherwise
 FIELD_OF = {"predictors": "predictor_dir"}
 

@@ -58,10 +58,10 @@ MATERIALIZATIONS_QUERY = """query($key: AssetKeyInput!) { assetOrError(assetKey:
 
 
 def _postgres_or_skip() -> None:
-    if not (serve.PG_BIN / "initdb").exists():
+    if not (serve.pg_bin() / "initdb").exists():
         if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL binaries not found in {serve.PG_BIN} (CI must have them)")
-        pytest.skip(f"PostgreSQL binaries not found in {serve.PG_BIN}")
+            pytest.fail(f"PostgreSQL binaries not found in {serve.pg_bin()} (CI must have them)")
+        pytest.skip(f"PostgreSQL binaries not found in {serve.pg_bin()}")
 
 
 def _drop(source: Path, name: str, suffix: str = "") -> None:
@@ -190,7 +190,7 @@ def _kill_leftovers(served: Served) -> None:
     sweep(served.lay, SERVICES, wait=2)
     cluster = served.data / "postgres" / "cluster"
     if (cluster / "postmaster.pid").exists():
-        subprocess.run(serve.as_postgres([str(serve.PG_BIN / "pg_ctl"), "-D", str(cluster), "-m", "immediate",
+        subprocess.run(serve.as_postgres([str(serve.pg_bin() / "pg_ctl"), "-D", str(cluster), "-m", "immediate",
                                           "stop"]), capture_output=True, check=False)
 
 
@@ -531,16 +531,16 @@ def test_an_external_postgres_server_holds_everything_and_is_left_running() -> N
     log.touch()
     serve.chown_postgres(log)
     port, password = serve.free_port(), secrets.token_urlsafe(16)
-    pg = [str(serve.PG_BIN / "pg_ctl"), "-D", str(cluster), "-l", str(log)]
+    pg = [str(serve.pg_bin() / "pg_ctl"), "-D", str(cluster), "-l", str(log)]
     s = Served(root)
     try:
-        subprocess.run(serve.as_postgres([str(serve.PG_BIN / "initdb"), "-D", str(cluster), "-U", "postgres",
+        subprocess.run(serve.as_postgres([str(serve.pg_bin() / "initdb"), "-D", str(cluster), "-U", "postgres",
                                            "--auth-local=peer", "--auth-host=scram-sha-256"]),
                        capture_output=True, check=True)
         subprocess.run(serve.as_postgres([*pg, "-o", f"-p {port} -c listen_addresses=127.0.0.1 "
                                            f"-c unix_socket_directories={sockets}", "-w", "start"]),
                        capture_output=True, check=True)
-        subprocess.run(serve.as_postgres([str(serve.PG_BIN / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h",
+        subprocess.run(serve.as_postgres([str(serve.pg_bin() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h",
                                            str(sockets), "-p", str(port), "-U", "postgres", "-d", "postgres"]),
                        input=f"CREATE ROLE team LOGIN PASSWORD '{password}';\n"
                              "CREATE DATABASE team_dagster OWNER team;\nCREATE DATABASE mlflow OWNER team;\n",

@@ -81,24 +81,30 @@ def add_arguments(p: argparse.ArgumentParser, **defaults: object) -> argparse.Ar
                    help="results in any supported format (a long table, lm-eval output, lighteval, leaderboard "
                         "details)")
     add_benchmark_argument(p, "benchmark(s) to compare on (default: every benchmark in --data)")
-    p.add_argument("--method", "--methods", dest="method", default=[settings.SETTINGS["method"].get()],
+    p.add_argument("--method", "--methods", dest="method", default=[settings.SETTINGS["method"].value()],
                    type=_methods, metavar="M[,M...]",
                    help="method(s), comma-separated (default: the one `fit` uses; " + settings.overrides("method")
                         + ")")
-    p.add_argument("-k", "--k", default=[int(settings.SETTINGS["k"].get())], type=_int_list, metavar="K[,K...]",
+    p.add_argument("-k", "--k", default=[settings.SETTINGS["k"].value()], type=_int_list, metavar="K[,K...]",
                    help="anchor count(s), comma-separated, e.g. 10,20,30 (default: " + settings.overrides("k") + ")")
-    p.add_argument("--seeds", type=positive_int, default=3, metavar="N",
-                   help="number of seeds (splits), seeds offset..offset+N-1 (default 3)")
-    p.add_argument("--seed-offset", type=seed, default=0, metavar="S", help="first seed (default 0)")
-    p.add_argument("--test-frac", type=open_fraction, default=0.2, metavar="F",
-                   help="share of the models held out as test models of each split (default 0.2)")
-    p.add_argument("--val-frac", type=open_fraction, default=0.1, metavar="F",
-                   help="share of the models a method may use to tune itself, never scored (default 0.1)")
-    p.add_argument("--split", choices=("random", "family", "date", *FRONTIER_POLICIES), default="random",
+    seeds = settings.SETTINGS["compare_seeds"].default_value
+    p.add_argument("--seeds", type=positive_int, default=seeds, metavar="N",
+                   help=f"number of seeds (splits), seeds offset..offset+N-1 (default {seeds})")
+    p.add_argument("--seed-offset", type=seed, default=settings.DEFAULT_SEED, metavar="S",
+                   help=f"first seed (default {settings.DEFAULT_SEED})")
+    p.add_argument("--test-frac", type=open_fraction, default=settings.DEFAULT_TEST_FRAC, metavar="F",
+                   help="share of the models held out as test models of each split "
+                        f"(default {settings.DEFAULT_TEST_FRAC})")
+    p.add_argument("--val-frac", type=open_fraction, default=settings.DEFAULT_VAL_FRAC, metavar="F",
+                   help="share of the models a method may use to tune itself, never scored "
+                        f"(default {settings.DEFAULT_VAL_FRAC})")
+    p.add_argument("--split", choices=("random", "family", "date", *FRONTIER_POLICIES),
+                   default=settings.DEFAULT_SPLIT_POLICY,
                    help="how test models are held out: random; family (whole model families, e.g. every "
                         "fine-tune of one base model); date (the newest models); frontier (the models above the "
                         "--frontier-quantile quantile of the score: are estimates right on models stronger than "
-                        "every training model?); frontier-low (below the 1 - Q quantile) (default random)")
+                        "every training model?); frontier-low (below the 1 - Q quantile) "
+                        f"(default {settings.DEFAULT_SPLIT_POLICY})")
     p.add_argument("--frontier-quantile", type=open_fraction, default=FRONTIER_QUANTILE, metavar="Q",
                    help=f"frontier splits: train on the models at or below this quantile of the score "
                         f"(default {FRONTIER_QUANTILE})")
@@ -106,7 +112,7 @@ def add_arguments(p: argparse.ArgumentParser, **defaults: object) -> argparse.Ar
                    help="hold out this share of the training side as calibration models, and report interval "
                         f"coverage, width and out-of-distribution flags too (default {FRONTIER_CALIBRATION} with a "
                         "frontier split, else 0: point predictions only)")
-    p.add_argument("--device", default=settings.SETTINGS["device"].get(), type=device,
+    p.add_argument("--device", default=settings.SETTINGS["device"].value(), type=device,
                    help="auto (CUDA when present), cpu, cuda or cuda:N; " + settings.overrides("device"))
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--row-mean-is-score", action="store_true",

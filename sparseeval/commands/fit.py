@@ -142,17 +142,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data", type=existing_path, required=True, metavar="PATH",
                    help="results in any supported format (every model is used for fitting or calibration)")
     add_benchmark_argument(p, f"the benchmark (several only with --method {JOINT_METHOD})", required=True)
-    p.add_argument("-k", "--k", type=positive_int, default=int(settings.SETTINGS["k"].get()),
+    p.add_argument("-k", "--k", type=positive_int, default=settings.SETTINGS["k"].value(),
                    help=f"number of anchors ({JOINT_METHOD}: per benchmark); " + settings.overrides("k"))
-    p.add_argument("--method", default=settings.SETTINGS["method"].get(),
+    p.add_argument("--method", default=settings.SETTINGS["method"].value(),
                    help="anchor method (see `sparseeval evaluate` to compare them); " + settings.overrides("method"))
-    p.add_argument("--calibration-frac", type=open_fraction, default=0.2, metavar="F",
-                   help="share of the models held out for the intervals and the OOD threshold (default 0.2)")
-    p.add_argument("--alpha", type=open_fraction, default=float(settings.SETTINGS["alpha"].get()),
+    p.add_argument("--calibration-frac", type=open_fraction, default=settings.DEFAULT_CALIBRATION_FRAC, metavar="F",
+                   help="share of the models held out for the intervals and the OOD threshold "
+                        f"(default {settings.DEFAULT_CALIBRATION_FRAC})")
+    p.add_argument("--alpha", type=open_fraction, default=settings.SETTINGS["alpha"].value(),
                    help="interval miscoverage, 0.1 for 90%% intervals; " + settings.overrides("alpha"))
-    p.add_argument("--seed", type=seed, default=int(settings.SETTINGS["seed"].get()),
+    p.add_argument("--seed", type=seed, default=settings.SETTINGS["seed"].value(),
                    help="seed of the model split and the fit; " + settings.overrides("seed"))
-    p.add_argument("--device", type=device, default=settings.SETTINGS["device"].get(),
+    p.add_argument("--device", type=device, default=settings.SETTINGS["device"].value(),
                    help="auto (CUDA when present), cpu, cuda or cuda:N; " + settings.overrides("device"))
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -92,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"--benchmark: the store holds no {', '.join(map(repr, unknown))} "
                          f"(it holds: {', '.join(stored) or 'nothing'})")
-    tracking = TrackingConfig(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or None, data_dir=settings.data_dir())
+    tracking = TrackingConfig(tracking_uri=settings.foreign("MLFLOW_TRACKING_URI") or None,
+                              data_dir=settings.data_dir())
     predictors = args.registry or settings.predictor_dir()
     fit, compare = FitSettings.from_environment(), ComparisonSettings.from_environment()
     quiet_table = to_stdout(args.json, args.csv)

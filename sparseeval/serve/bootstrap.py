@@ -21,12 +21,16 @@ from typing import Any
 
 from sparseeval import settings
 
-PG_BIN = Path(os.environ.get("SPARSEEVAL_PG_BIN", "/usr/lib/postgresql/15/bin"))
 PG_USER = "sparseeval"  #: the role the services connect as (local cluster)
 LOOPBACK = "127.0.0.1"
 #: the services supervisord runs, in start order (stop goes the other way: the daemon first)
 SERVICES = ("mlflow", "code_server", "webserver", "daemon")
 INSTANCE_YAML = Path(__file__).with_name("dagster_postgres.yaml")
+
+
+def pg_bin() -> Path:
+    """The PostgreSQL binaries' folder (``$SPARSEEVAL_PG_BIN``), read when used."""
+    return Path(settings.SETTINGS["pg_bin"].value())
 
 
 class ServeError(SystemExit):
@@ -202,10 +206,13 @@ def database(lay: Layout, pg_port: int) -> Database:
             password = read_private(Path(env["DAGSTER_PG_PASSWORD_FILE"]))
         if not password:
             raise ServeError("DAGSTER_PG_HOST is set but neither DAGSTER_PG_PASSWORD nor DAGSTER_PG_PASSWORD_FILE")
-        host, port = env["DAGSTER_PG_HOST"], int(env.get("DAGSTER_PG_PORT") or 5432)
-        user = env.get("DAGSTER_PG_USER") or "dagster"
+        host, user = env["DAGSTER_PG_HOST"], settings.foreign("DAGSTER_PG_USER")
+        try:
+            port = int(settings.foreign("DAGSTER_PG_PORT"))
+        except ValueError:
+            raise ServeError(f"DAGSTER_PG_PORT must be a port number, got {env['DAGSTER_PG_PORT']!r}") from None
         mlflow = env.get("MLFLOW_BACKEND_STORE_URI") or f"postgresql+psycopg2://{user}@{host}:{port}/mlflow"
-        return Database(host, port, user, env.get("DAGSTER_PG_DB") or "dagster", mlflow, password, local=False)
+        return Database(host, port, user, settings.foreign("DAGSTER_PG_DB"), mlflow, password, local=False)
     password = secret(lay, "pg_password")
     mlflow = env.get("MLFLOW_BACKEND_STORE_URI") or f"postgresql+psycopg2://{PG_USER}@{LOOPBACK}:{pg_port}/mlflow"
     return Database(LOOPBACK, pg_port, PG_USER, "dagster", mlflow, password, local=True)
@@ -256,19 +263,19 @@ def start_postgres(lay: Layout, db: Database) -> int:
             chown_postgres(d)
         if os.geteuid() == 0:
             os.chmod(lay.postgres, 0o711)  # root reads the postmaster pid inside
-        _run(as_postgres([str(PG_BIN / "initdb"), "-D", str(lay.cluster), "-U", "postgres", "-E", "UTF8",
+        _run(as_postgres([str(pg_bin() / "initdb"), "-D", str(lay.cluster), "-U", "postgres", "-E", "UTF8",
                           "--auth-local=peer", "--auth-host=scram-sha-256", "--no-instructions"]),
              log, what="initdb")
     opts = f"-p {db.port} -c listen_addresses={LOOPBACK} -c unix_socket_directories={lay.socket_dir}"
     if os.geteuid() == 0:
         shutil.chown(log, "postgres", "postgres")
-    _run(as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(lay.cluster), "-l", str(log), "-o", opts, "-w", "-t", "60",
+    _run(as_postgres([str(pg_bin() / "pg_ctl"), "-D", str(lay.cluster), "-l", str(log), "-o", opts, "-w", "-t", "60",
                       "start"]), log, what="pg_ctl start")
     if fresh:
         # the password travels on stdin (never argv); log_statement is off, so it is not logged
         sql = (f"CREATE ROLE {PG_USER} LOGIN PASSWORD '{db.password}';\n"
                f"CREATE DATABASE dagster OWNER {PG_USER};\nCREATE DATABASE mlflow OWNER {PG_USER};\n")
-        _run(as_postgres([str(PG_BIN / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(lay.socket_dir),
+        _run(as_postgres([str(pg_bin() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(lay.socket_dir),
                           "-p", str(db.port), "-d", "postgres", "-U", "postgres"]), log, stdin=sql,
              what="creating the sparseeval role and databases")
     return postgres_pid(lay) or 0
@@ -285,7 +292,7 @@ def postgres_pid(lay: Layout) -> int | None:
 
 def stop_postgres(lay: Layout) -> None:
     if (lay.cluster / "postmaster.pid").exists():
-        _run(as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(lay.cluster), "-m", "fast", "-w", "-t", "60", "stop"]),
+        _run(as_postgres([str(pg_bin() / "pg_ctl"), "-D", str(lay.cluster), "-m", "fast", "-w", "-t", "60", "stop"]),
              lay.logs / "postgres.log", what="pg_ctl stop")
 
 
@@ -314,7 +321,7 @@ def prepare(lay: Layout, db: Database, ports: dict[str, int], mlflow_host: str) 
         write_private(lay.secrets / "mlflow_auth.ini",
                       "[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
                       f"database_uri = sqlite:///{lay.serve / 'mlflow_auth.db'}\n"
-                      f"admin_username = {os.environ.get('MLFLOW_AUTH_ADMIN_USERNAME', 'admin')}\n"
+                      f"admin_username = {settings.foreign('MLFLOW_AUTH_ADMIN_USERNAME')}\n"
                       "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
 
 
@@ -332,7 +339,7 @@ def service_env(lay: Layout, db: Database, ports: dict[str, int], mlflow_host: s
     })
     env.pop("DAGSTER_PG_PASSWORD_FILE", None)
     if os.environ.get("MLFLOW_AUTH_ADMIN_PASSWORD"):  # an exposed MLflow: the pipeline logs in too
-        env.setdefault("MLFLOW_TRACKING_USERNAME", os.environ.get("MLFLOW_AUTH_ADMIN_USERNAME", "admin"))
+        env.setdefault("MLFLOW_TRACKING_USERNAME", settings.foreign("MLFLOW_AUTH_ADMIN_USERNAME"))
         env.setdefault("MLFLOW_TRACKING_PASSWORD", os.environ["MLFLOW_AUTH_ADMIN_PASSWORD"])
     return env
 

@@ -22,6 +22,7 @@ import xmlrpc.client
 from collections.abc import Callable
 from pathlib import Path
 
+from sparseeval import settings
 from sparseeval.serve import bootstrap as boot
 from sparseeval.serve.drain import LOCATION, drain, graphql
 from sparseeval.serve.supervisor import SERVICES, launch, rpc, start_supervisord, supervisord_pid, sweep
@@ -262,13 +263,19 @@ def main(argv: list[str] | None = None) -> int:
                                              "Dagster code server, webserver and daemon under supervisord.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("start", help="start every service that is not running")
-    env = os.environ.get
-    st.add_argument("--dagster-port", type=int, default=int(env("SPARSEEVAL_SERVE_DAGSTER_PORT") or 3000))
-    st.add_argument("--mlflow-port", type=int, default=int(env("SPARSEEVAL_SERVE_MLFLOW_PORT") or 5000))
+    try:
+        ports = {name: settings.SETTINGS[f"serve_{name}_port"].value() for name in ("dagster", "mlflow")}
+    except settings.SettingError as exc:
+        raise boot.ServeError(str(exc)) from None
+    st.add_argument("--dagster-port", type=int, default=ports["dagster"],
+                    help=settings.overrides("serve_dagster_port"))
+    st.add_argument("--mlflow-port", type=int, default=ports["mlflow"],
+                    help=settings.overrides("serve_mlflow_port"))
     st.add_argument("--code-port", type=int, default=0, help="code server's gRPC port (0: a free one)")
     st.add_argument("--pg-port", type=int, default=0, help="local Postgres port (0: a free one)")
-    st.add_argument("--mlflow-host", default=env("SPARSEEVAL_SERVE_MLFLOW_HOST") or boot.LOOPBACK,
-                    help="interface MLflow binds; anything but 127.0.0.1 turns on its basic-auth app")
+    st.add_argument("--mlflow-host", default=settings.SETTINGS["serve_mlflow_host"].value(),
+                    help="interface MLflow binds; anything but 127.0.0.1 turns on its basic-auth app; "
+                         + settings.overrides("serve_mlflow_host"))
     st.add_argument("--detach", action="store_true", help="return once every service answers")
     st.add_argument("--timeout", type=float, default=180, help="seconds each service may take to answer")
     st.add_argument("--grace", type=float, default=60, help="on Ctrl-C: seconds in-flight runs may take")

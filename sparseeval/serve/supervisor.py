@@ -28,6 +28,7 @@ import xmlrpc.client
 from pathlib import Path
 from typing import Any
 
+from sparseeval import settings
 from sparseeval.serve.bootstrap import (
     LOOPBACK,
     SERVICES,
@@ -42,7 +43,7 @@ from sparseeval.serve.bootstrap import (
     service_env,
 )
 
-MARKER = "SPARSEEVAL_SERVICE"
+MARKER = settings.SETTINGS["service"].env
 #: services whose leftovers the launcher ends before a restart (the code server's are runs: they stay)
 SWEPT_ON_RESTART = ("mlflow", "webserver", "daemon")
 
