@@ -135,7 +135,7 @@ def published_hash(root: Path) -> str:
 PHASES = (("ingest (raw_results)", ("raw_results",)),
           ("matrix (response_matrix)", ("response_matrix",)),
           ("fit: champion refit or selection (candidate)", ("candidate",)),
-          ("publishing checks (4 asset checks)", ("candidate_",)),
+          ("publishing checks (the asset checks)", ("candidate_",)),
           ("publish (champion)", ("champion",)),
           ("challenger selection + its checks", ("challenger", "challenger_")),
           ("score anchor-only models (predictions)", ("predictions",)),
