@@ -145,7 +145,7 @@ def open_upward(upper: np.ndarray, why: list[tuple[str, ...]]) -> np.ndarray:
     Why: a model that answers every anchor right, or is predicted above every training model, is at
     least as strong as its interval's lower side says, and the anchors say nothing about how much
     stronger. A conformal upper side there is a number the data never supported (on the shared data's
-    strongest decile it missed 85-88 % of such models on truthfulqa and mmlu): the honest interval is
+    strongest decile it missed 81-85 % of such models on mmlu and truthfulqa): the honest interval is
     one-sided, which is what ``predict`` then prints and ``compare`` already assumes
     (:func:`sparseeval.scoring.open_for_extrapolation`)."""
     opened = np.array([any(r.startswith(OPEN_UPWARD) for r in rs) for rs in why], dtype=bool)
