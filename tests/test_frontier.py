@@ -25,7 +25,7 @@ from sparseeval.evaluation import (
     frontier_selfcheck,
     split_for_seed,
 )
-from sparseeval.frontier import ALL_RIGHT, STRONGER
+from sparseeval.frontier import ALL_RIGHT, AT_TOP, STRONGER, UNLIKE, open_upward
 from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.refresh import publishing_checks
 from sparseeval.scoring import Prediction, fit_predictor, open_for_extrapolation, predict
@@ -95,6 +95,8 @@ def test_every_anchor_right_is_flagged_with_its_reason_everywhere(published, tmp
     preds = {p.model: p for p in predict(art, answers)}
     ace = preds["ace/top"]
     assert ace.ood and ace.beyond == 1 and any(r.startswith(ALL_RIGHT) for r in ace.ood_reasons)
+    # the anchors cannot bound it from above: its interval is one-sided (the lower side stays conformal)
+    assert ace.upper == 1.0 and ace.lower < ace.predicted
     assert f"{100 * guard['all_right_frac']:.1f} % of the training models" in " ".join(ace.ood_reasons)
     # predict prints the reason and --json carries it
     csv = tmp_path / "ace.csv"
@@ -111,6 +113,13 @@ def test_every_anchor_right_is_flagged_with_its_reason_everywhere(published, tmp
     step = next_anchors(art, ["ace/top"], X, np.array([0.001]), np.array([0.9]), batch=1, target_width=0.5,
                         flags=[ace.ood_reasons])[0]
     assert not step.done and "flagged" in step.reason
+
+
+def test_only_reasons_that_cannot_bound_a_model_from_above_open_its_interval() -> None:
+    upper = np.array([0.7, 0.8, 0.9, 0.6, 0.5])
+    why = [(f"{ALL_RIGHT} (1.0 %)",), (f"{STRONGER} (predicted 80.0 > 79.0)",), (f"{AT_TOP} (predicted 90.0)",),
+           (f"{UNLIKE} (distance 9.9 > 5.0)",), ()]
+    np.testing.assert_array_equal(open_upward(upper, why), [1.0, 1.0, 0.9, 0.6, 0.5])
 
 
 def test_compare_opens_the_side_of_a_model_beyond_the_range() -> None:
