@@ -35,11 +35,35 @@ def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
     return {}
 
 
-def _summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float) -> str:
-    if not result.success:
-        failed = [e.step_key for e in result.all_events if e.is_step_failure]
-        return f"  {bench:<12} FAILED in {', '.join(failed) or 'run'} ({seconds:.0f} s)"
+def _failed_steps(result: dg.ExecuteInProcessResult) -> tuple[list[str], list[str]]:
+    """(blocking publishing checks that failed: a rejection, an outcome the run reports; every other
+    failed step: an error)."""
+    rejected, errors = [], []
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.event_specific_data.error
+            checked = error is not None and error.cls_name == "DagsterAssetCheckFailedError"
+            (rejected if checked else errors).append(event.step_key)
+    return rejected, errors
+
+
+def succeeded(result: dg.ExecuteInProcessResult) -> bool:
+    """The run did what it is for: it succeeded, or its only failures are publishing checks that refused
+    a proposal (the champion stays, and the summary says why)."""
+    return result.success or not _failed_steps(result)[1]
+
+
+def summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float) -> str:
+    rejected, errors = _failed_steps(result)
     matrix, fit, published = (_metadata(result, a) for a in ("response_matrix", "candidate", "champion"))
+    if errors or (rejected and not fit):
+        return f"  {bench:<12} FAILED in {', '.join(errors or rejected) or 'run'} ({seconds:.0f} s)"
+    if rejected:
+        frontier = (f"\n  {'':<12} frontier self-check: MAE {fit['frontier_mae']:.2f} points, bias "
+                    f"{fit['frontier_bias']:+.2f}, {100 * fit['frontier_silent_misses']:.1f} % of the stronger models "
+                    f"missed silently" if "frontier_silent_misses" in fit else "")
+        return (f"  {bench:<12} REJECTED by its publishing checks ({', '.join(rejected)}) in {seconds:.0f} s: "
+                f"nothing published\n  {'':<12} {fit.get('decision', '')}{frontier}")
     line = f"  {bench:<12} models {matrix.get('models', 0):>5}  items {matrix.get('items', 0):>5}  "
     if not fit:
         return line + (f"{seconds:5.1f} s\n  {'':<12} skipped: up to date (data version "
@@ -54,10 +78,13 @@ def _summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float)
 
 
 def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:
-    if not result.success:
-        failed = [e.step_key for e in result.all_events if e.is_step_failure]
-        return f"  {'joint':<12} FAILED in {', '.join(failed) or 'run'} ({seconds:.0f} s)"
+    rejected, errors = _failed_steps(result)
     fit, published = _metadata(result, "joint_anchors"), _metadata(result, "joint_champion")
+    if errors or (rejected and not fit):
+        return f"  {'joint':<12} FAILED in {', '.join(errors or rejected) or 'run'} ({seconds:.0f} s)"
+    if rejected:
+        return (f"  {'joint':<12} REJECTED by its publishing checks ({', '.join(rejected)}) in {seconds:.0f} s: "
+                f"nothing published\n  {'':<12} {fit.get('decision', '')}")
     if not fit:
         return (f"  {'joint':<12} skipped: up to date, or too few benchmarks (the run's log says which) "
                 f"({seconds:.1f} s)")
@@ -116,13 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         result = job.execute_in_process(partition_key=partition_key(name), instance=instance, raise_on_error=False,
                                         run_config=INFO_LOGS)
-        ok &= result.success
-        lines.append(_summary_line(name, result, time.perf_counter() - t0))
+        ok &= succeeded(result)
+        lines.append(summary_line(name, result, time.perf_counter() - t0))
     if not args.benchmarks:  # the joint predictor reads every benchmark's matrix
         t0 = time.perf_counter()
         result = defs.resolve_job_def("joint").execute_in_process(instance=instance, raise_on_error=False,
                                                                   run_config=INFO_LOGS)
-        ok &= result.success
+        ok &= succeeded(result)
         lines.append(_joint_line(result, time.perf_counter() - t0))
     resources = defs.resources or {}
     compared, compared_ok = _comparisons(instance, names)

@@ -36,6 +36,7 @@ from pipelines.io_managers import MatrixIOManager
 from pipelines.joint import joint_anchors, joint_champion
 from pipelines.partitions import BENCHMARK_PARTITIONS, add_benchmarks
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
+from pipelines.run_all import succeeded, summary_line
 from sparseeval.cli import main as cli_main
 from sparseeval.device import cpu_threads
 from sparseeval.matrix_store import MatrixStore
@@ -351,6 +352,11 @@ def test_a_failing_check_leaves_the_champion_in_place(tmp_path: Path) -> None:
     assert checks["beats_mean_score"] is False, checks
     assert "NOT published" in _meta(result, "candidate")["decision"]
     assert "champion" not in _materialized(result)  # blocked downstream
+    # make run reports a refusal as one (the champion stays, the reason shown) and is not an error
+    assert not result.success and succeeded(result)
+    line = summary_line("arc", result, 1.0)
+    assert "REJECTED by its publishing checks (" in line and "candidate_beats_mean_score" in line, line
+    assert "NOT published" in line, line
     assert _count(db, "SELECT anchor_set_id FROM anchor_sets WHERE role = 'champion'") == champion_before
     assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'rejected'") >= 1
     assert client.get_model_version_by_alias("sparseeval-arc", "champion").version == alias_before
