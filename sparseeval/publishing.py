@@ -347,7 +347,8 @@ def record_decision(store: Any, benchmark: str, *, fit_key: str, data_version: s
         ids = [s["anchor_set_id"] for s in new if roles.get(s["anchor_set_id"]) == "candidate"]
         reason = f"failed {', '.join(failed)}"
         store.record_rejection(benchmark, ids, fit_key=fit_key, data_version=data_version, reason=reason)
-        return f"NOT published: {reason} (the champion stays)"
+        kept = "the champion stays" if "champion" in roles.values() else "no champion yet: nothing is served"
+        return f"NOT published: {reason} ({kept})"
     proposals = []
     if roles.get(proposed["anchor_set_id"]) != "champion":
         proposals.append((proposed["anchor_set_id"], "champion", proposed["content_hash"]))
