@@ -48,7 +48,7 @@ def prefix_curves(art: PredictorArtifact, output: str, X: np.ndarray, lengths: l
     for p in lengths:
         Xp = X.copy()
         Xp[:, order[p:]] = np.nan
-        pred = est.predict(cal.conditional_impute(Xp, calib["ood"]))
+        pred = cal.predict_calibrated(est, cal.conditional_impute(Xp, calib["ood"]), calib)
         preds.append(pred)
         halves.append(cal.halfwidths(est, pred, ~np.isnan(Xp), calib))
     return np.stack(preds, axis=1), np.stack(halves, axis=1)

@@ -83,6 +83,13 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/refresh_policy.py", "        if not 0 <= grown < SELFCHECK_NEW_SHARE:",
              "        if grown < 0:"),),
            ("tests/test_refresh_policy.py", "-k", "frontier_selfcheck")),
+    Mutant("lift-dropped-at-predict-time", "a predictor's stored lift at the top of the training range ignored "
+                                           "when it scores (calibrated with it, predicting without it)",
+           (("sparseeval/frontier.py",
+             "    pred = cal.predict_calibrated(est, cal.conditional_impute(X, ood) if imputed is None else imputed, "
+             "calibration)",
+             "    pred = est.predict(cal.conditional_impute(X, ood) if imputed is None else imputed)"),),
+           ("tests/test_beyond.py", "-k", "real_leaderboard")),
     Mutant("comparison-key-without-budget", "the comparison budget left out of the comparison key",
            (("sparseeval/comparison.py", ',\n                "budget_s": self.budget_s}', "}"),),
            (KEYS, "-k", "keys_it_affects")),

@@ -53,7 +53,7 @@ def prefix_quantiles(estimator: AnchorEstimator, order: np.ndarray, calibration:
     for p in range(len(order) + 1):
         masked = X_cal.copy()
         masked[:, order[p:]] = np.nan
-        pred = estimator.predict(cal.conditional_impute(masked, calibration["ood"]))
+        pred = cal.predict_calibrated(estimator, cal.conditional_impute(masked, calibration["ood"]), calibration)
         out.append(cal.conformal_quantile(np.abs(pred - s_cal) / cal.scale_of(pred, mode), alpha))
     return out
 

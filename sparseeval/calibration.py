@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from sparseeval import settings as defaults
+from sparseeval.beyond import fit_beyond, shift
 from sparseeval.errors import UsageError
 from sparseeval.methods.base import AnchorEstimator, impute
 
@@ -246,7 +247,9 @@ def fit_guard(X_train: np.ndarray, s_train: np.ndarray, pred_cal: np.ndarray, *,
 def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, X_train: np.ndarray, *,
               alpha: float = defaults.DEFAULT_ALPHA, seed: int = defaults.DEFAULT_SEED,
               ood_percentile: float = defaults.DEFAULT_OOD_PERCENTILE,
-              cache: dict[bytes, np.ndarray] | None = None, s_train: np.ndarray | None = None) -> dict[str, Any]:
+              cache: dict[bytes, np.ndarray] | None = None, s_train: np.ndarray | None = None,
+              beyond_prior: float = defaults.DEFAULT_BEYOND_PRIOR,
+              beyond_outputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Calibrate intervals and the OOD threshold of a fitted ``estimator``.
 
     ``X_cal``/``s_cal``: anchor answers (in anchor order) and true scores of calibration models
@@ -256,7 +259,11 @@ def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, 
     paired quantile per missing count, the OOD mean/covariance/threshold, and the calibration
     models' anchor answers and scores (for exact per-pattern recalibration in :func:`halfwidths`).
     ``s_train``: the training models' scores; with them the extrapolation guard (:func:`fit_guard`)
-    is stored too, under ``frontier``.
+    is stored too, under ``frontier``, and the tail-aware correction of predictions at the top of the
+    training range (:mod:`sparseeval.beyond`, tail mass ``beyond_prior``) under ``beyond``: every
+    prediction below, conformal residuals included, is made through it (:func:`predict_calibrated`).
+    ``beyond_outputs``: for the mean output of a joint predictor, its benchmarks' corrections, in
+    order: the mean is then the mean of the corrected benchmark predictions (stored, not refitted).
     """
     X_cal = np.asarray(X_cal, dtype=np.float32)
     s_cal = np.asarray(s_cal, dtype=np.float64)
@@ -269,7 +276,13 @@ def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, 
     ood = fit_ood(X_train, fill)
     fill_gaps = _imputer(ood, cache)
     # predictions exactly as scoring makes them (gaps filled by conditional imputation)
-    pred_full = estimator.predict(fill_gaps(X_cal))
+    if beyond_outputs is not None:
+        lift: dict[str, Any] = {"beyond_outputs": beyond_outputs}
+    else:
+        lifted = s_train is not None and estimator.lifted_at_top
+        beyond = fit_beyond(estimator.predict(fill_gaps(X_cal)), s_cal, s_train, beyond_prior) if lifted else {}
+        lift = {"beyond": beyond} if beyond else {}
+    pred_full = predict_calibrated(estimator, fill_gaps(X_cal), lift)
     resid_full = pred_full - s_cal
     mode = _choose_mode(pred_full, resid_full, alpha, rng)
 
@@ -278,7 +291,7 @@ def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, 
     q_pair: list[float] = []
     for m in range(k // 2 + 1):
         Xm = _mask_rows(X_cal, m, 1 if m == 0 else reps, rng)
-        pred = estimator.predict(fill_gaps(Xm))
+        pred = predict_calibrated(estimator, fill_gaps(Xm), lift)
         resid = pred - np.tile(s_cal, Xm.shape[0] // n)
         q_missing.append(conformal_quantile(np.abs(resid) / scale_of(pred, mode), alpha))
         q_pair.append(_pair_quantile(resid[:n], alpha, rng))
@@ -290,7 +303,7 @@ def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, 
     ood["threshold"] = float(np.percentile(cal_d2, ood_percentile))
     ood["percentile"] = ood_percentile
     guard = {} if s_train is None else {"frontier": fit_guard(X_train, s_train, pred_full)}
-    return guard | {
+    return guard | lift | {
         "alpha": alpha,
         "mode": mode,
         "scale_floor": SCALE_FLOOR,
@@ -305,6 +318,19 @@ def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, 
         "cal_answers": [[None if np.isnan(v) else float(v) for v in row] for row in X_cal.tolist()],
         "cal_scores": s_cal.tolist(),
     }
+
+
+def predict_calibrated(estimator: AnchorEstimator, X_imputed: np.ndarray, calibration: dict[str, Any]) -> np.ndarray:
+    """``estimator``'s predictions for gap-free anchor answers, as a calibrated predictor makes them:
+    moved by the calibration's tail-aware correction where it has one (:func:`sparseeval.beyond.shift`;
+    predictors calibrated before it existed predict as they did). The mean output of a joint predictor
+    averages its benchmarks' predictions each moved by its own correction (``beyond_outputs``), so it
+    stays their mean."""
+    outputs = calibration.get("beyond_outputs")
+    if outputs is not None:
+        parts = estimator.benchmark_predictions(X_imputed)  # type: ignore[attr-defined]  # a joint mean output
+        return np.mean([shift(parts[:, j], b) for j, b in enumerate(outputs)], axis=0)
+    return shift(estimator.predict(X_imputed), calibration.get("beyond"))
 
 
 def halfwidths(estimator: AnchorEstimator, pred: np.ndarray, observed: np.ndarray,
@@ -333,7 +359,7 @@ def halfwidths(estimator: AnchorEstimator, pred: np.ndarray, observed: np.ndarra
                 continue
             masked = X_cal.copy()
             masked[:, ~pattern] = np.nan
-            p_cal = estimator.predict(conditional_impute(masked, calibration["ood"]))
+            p_cal = predict_calibrated(estimator, conditional_impute(masked, calibration["ood"]), calibration)
             q_pat = conformal_quantile(np.abs(p_cal - s_cal) / scale_of(p_cal, mode), alpha)
             q[inverse == p] = max(q_pat, table[0])
     return q * scale_of(pred, mode)

@@ -102,6 +102,9 @@ class ProtocolConfig:
     #: flag with the extrapolation guard's reasons too (False: the answer-pattern distance alone, as
     #: predictors calibrated before the guard existed: the "before" figures)
     guard: bool = True
+    #: tail mass of the lift at the top of the training range (:mod:`sparseeval.beyond`; 0: no lift,
+    #: predictions as the estimator makes them)
+    beyond_prior: float = defaults.DEFAULT_BEYOND_PRIOR
 
 
 def split_for_seed(matrix: ResponseMatrix, seed: int, config: ProtocolConfig,
@@ -166,7 +169,8 @@ def evaluate_method(matrix: ResponseMatrix, split: Split, method: str, k: int, s
             raise ValueError("a fit made without holding out calibration models cannot be calibrated")
         split, cal_rows = calibration_split(matrix.models, split, config.calibration_frac, seed)
         est = fit_on_split(matrix, split, method, k, seed, device=device, params=params)  # its own rows
-        pred, figures = _calibrated_scores(matrix, split, cal_rows, est, config.alpha, seed, guard=config.guard)
+        pred, figures = _calibrated_scores(matrix, split, cal_rows, est, config.alpha, seed, guard=config.guard,
+                                           beyond_prior=config.beyond_prior)
     else:
         est = fitted[0] if fitted is not None else fit_on_split(matrix, split, method, k, seed, device=device,
                                                                 params=params, rows=rows)
@@ -189,7 +193,8 @@ def evaluate_method(matrix: ResponseMatrix, split: Split, method: str, k: int, s
 
 
 def _calibrated_scores(matrix: ResponseMatrix, split: Split, cal_rows: np.ndarray, est: AnchorEstimator,
-                       alpha: float, seed: int, *, guard: bool = True) -> tuple[np.ndarray, dict[str, Any]]:
+                       alpha: float, seed: int, *, guard: bool = True,
+                       beyond_prior: float = defaults.DEFAULT_BEYOND_PRIOR) -> tuple[np.ndarray, dict[str, Any]]:
     """Calibrate ``est`` on ``cal_rows`` and predict the test models as ``predict`` would (intervals,
     flags): the predictions and the interval figures of :class:`EvalResult`."""
     assert est.anchors_ is not None
@@ -198,7 +203,7 @@ def _calibrated_scores(matrix: ResponseMatrix, split: Split, cal_rows: np.ndarra
 
     s = matrix.scores.astype(np.float64)
     calibration = cal.calibrate(est, anchors_of(cal_rows), s[cal_rows], anchors_of(split.train), alpha=alpha,
-                                seed=seed, s_train=s[split.train] if guard else None)
+                                seed=seed, s_train=s[split.train] if guard else None, beyond_prior=beyond_prior)
     g = guarded_predictions(est, calibration, anchors_of(split.test))
     f = interval_figures(g, s[split.test])
     return g.pred, {"bias": f.bias, "coverage": f.coverage, "halfwidth": f.halfwidth, "flagged": f.flagged,
@@ -215,7 +220,8 @@ FRONTIER_METRICS = ("mae", "bias", "coverage", "flagged", "silent_misses")
 
 def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: int, seed: int, *,
                        quantile: float = FRONTIER_QUANTILE, alpha: float = 0.1, val_frac: float = 0.1,
-                       device: str = "auto", params: dict[str, Any] | None = None) -> dict[str, Any]:
+                       device: str = "auto", params: dict[str, Any] | None = None,
+                       beyond_prior: float = defaults.DEFAULT_BEYOND_PRIOR) -> dict[str, Any]:
     """How ``method`` fares on models stronger than every model it learned from, measured on the
     candidate's *own* fitting models ``rows`` (row indices of ``matrix``): fitted and calibrated on
     those at or below their ``quantile`` quantile of the score, scored on the stronger rest, with the
@@ -234,7 +240,7 @@ def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k:
                 "note": f"only {n_beyond} of {len(sub.models)} fitting models above the {quantile:g} quantile: "
                         f"too few to measure (at least {MIN_FRONTIER_MODELS})"}
     config = ProtocolConfig(split_policy="frontier", val_frac=val_frac, frontier_quantile=quantile,
-                            calibration_frac=SELFCHECK_CALIBRATION, alpha=alpha)
+                            calibration_frac=SELFCHECK_CALIBRATION, alpha=alpha, beyond_prior=beyond_prior)
     r = evaluate_method(sub, split_for_seed(sub, seed, config), method, k, seed, config=config, device=device,
                         params=params)[0]
     return {"measured": True, "mae": r.mae, "bias": r.bias, "coverage": r.coverage, "halfwidth": r.halfwidth,

@@ -131,7 +131,7 @@ def guarded_predictions(est: AnchorEstimator, calibration: dict[str, Any], X: np
     X = np.atleast_2d(np.asarray(X, dtype=np.float32))
     ood = calibration["ood"]
     d2 = cal.ood_scores(X, ood) if d2 is None else d2
-    pred = est.predict(cal.conditional_impute(X, ood) if imputed is None else imputed)
+    pred = cal.predict_calibrated(est, cal.conditional_impute(X, ood) if imputed is None else imputed, calibration)
     half = cal.halfwidths(est, pred, ~np.isnan(X), calibration)
     lower, upper = cal.interval(pred, half)
     why = reasons(X, pred, d2, ood, calibration.get("frontier"))

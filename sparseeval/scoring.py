@@ -359,7 +359,11 @@ def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval,
     """Calibrate a joint estimator fitted on ``split.train`` (+ ``split.val``) on the held-out
     ``split.test`` models, per output (every benchmark and the mean), and wrap it as an unsaved
     artifact whose benchmark is ``sparseeval-joint``. ``settings``: per benchmark, as for
-    :func:`artifact_from_fit`."""
+    :func:`artifact_from_fit`.
+
+    Each benchmark output is lifted at the top of its training range by its own correction
+    (:mod:`sparseeval.beyond`); the mean output averages those lifted predictions, so it stays their
+    mean."""
     assert est.anchors_ is not None
     Y = data.Y
     S = np.concatenate([data.S, data.S.mean(axis=1, keepdims=True)], axis=1).astype(np.float64)
@@ -368,8 +372,9 @@ def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval,
     shared: dict[str, Any] = {}
     cache: dict[bytes, np.ndarray] = {}  # every output hides the same anchors: impute once
     for o, name in enumerate([*data.benchmarks, MEAN]):
+        lifts = None if name != MEAN else [outputs[b].get("beyond", {}) for b in data.benchmarks]
         c = cal.calibrate(est.output(name), X_cal, S[split.test, o], X_train, alpha=alpha, seed=seed, cache=cache,
-                          s_train=S[split.train, o])
+                          s_train=S[split.train, o], beyond_outputs=lifts)
         shared = {key: c.pop(key) for key in ("alpha", "ood", "cal_answers", "seed", "n_calibration")}
         outputs[name] = c
     calibration = shared | {"outputs": outputs, "split_seed": seed}

@@ -191,6 +191,9 @@ FIXED: dict[str, Fixed] = {
     "calibration_frac": Fixed(0.2, "share of the models `sparseeval fit` holds out for conformal calibration"),
     "ood_percentile": Fixed(99.0, "percentile of the calibration models' anchor distances above which a model "
                                   "is flagged out of distribution"),
+    "beyond_prior": Fixed(0.1, "share of the models being scored expected above the best training model: the tail "
+                               "mass that lifts predictions at the top of the training range (0: no lift; "
+                               "sparseeval/beyond.py)"),
     "protocol_methods": Fixed(("random", "random-linear", "anchor-points", "irt", "p-irt", "gp-irt",
                                "sparseeval-linear", "sparseeval-mlp", "sparseeval-headroom"),
                               "methods `sparseeval evaluate`'s library protocol and the comparison budget "
@@ -201,6 +204,7 @@ DEFAULT_VAL_FRAC: float = FIXED["val_frac"].value
 DEFAULT_TEST_FRAC: float = FIXED["test_frac"].value
 DEFAULT_CALIBRATION_FRAC: float = FIXED["calibration_frac"].value
 DEFAULT_OOD_PERCENTILE: float = FIXED["ood_percentile"].value
+DEFAULT_BEYOND_PRIOR: float = FIXED["beyond_prior"].value
 PROTOCOL_METHODS: tuple[str, ...] = FIXED["protocol_methods"].value
 
 

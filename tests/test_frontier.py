@@ -29,6 +29,7 @@ from sparseeval.frontier import ALL_RIGHT, AT_TOP, STRONGER, UNLIKE, open_upward
 from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.refresh import publishing_checks
 from sparseeval.scoring import Prediction, fit_predictor, open_for_extrapolation, predict
+from sparseeval.settings import DEFAULT_BEYOND_PRIOR
 from sparseeval.splits import frontier_cut, make_split
 from sparseeval.synthetic import generate_leaderboard
 
@@ -155,21 +156,27 @@ def test_frontier_check_fails_silent_misses_above_the_threshold_and_says_the_num
 
 @pytest.mark.slow
 def test_a_saturating_predictor_fails_the_frontier_check_and_the_default_passes() -> None:
-    """Strongest decile of the candidate's own models held out: anchors every strong model solves
-    saturate silently, anchors with headroom do not. At the strict bar of the nominal miscoverage
-    (10 % silent misses): on 30-odd stronger models of a small synthetic board the two methods sit a few
-    models apart, so the default bar (0.15) would not tell them apart here; on the real leaderboard it
-    does on mmlu (docs/results/frontier.md)."""
+    """Strongest decile of the candidate's own models held out: anchors every strong model solves,
+    with predictions left where the training range ends (no lift), saturate silently and fail; the
+    default (anchors with headroom, predictions lifted at the top: sparseeval/beyond.py) passes. The
+    lift alone also shrinks the saturating predictor's frontier error and its silent misses. At the
+    strict bar of the nominal miscoverage (10 % silent misses): on 30-odd stronger models of a small
+    synthetic board the methods sit a few models apart, so the default bar (0.15) would not tell them
+    apart here; on the real leaderboard it does on mmlu (docs/results/frontier.md)."""
     lb = generate_leaderboard(n_families=40, models_per_family=10, benchmarks={"hellaswag": 100}, seed=1,
                               written_frac=0.8)
     m = _matrix(lb, "hellaswag")
     rows = np.arange(len(m.models))
-    figures = {method: frontier_selfcheck(m, rows, method, 10, 1, device="cpu")
-               for method in ("sparseeval-mlp", "sparseeval-headroom")}
+    figures = {(method, lift): frontier_selfcheck(m, rows, method, 10, 1, device="cpu", beyond_prior=lift)
+               for method, lift in (("sparseeval-mlp", 0.0), ("sparseeval-mlp", DEFAULT_BEYOND_PRIOR),
+                                    ("sparseeval-headroom", DEFAULT_BEYOND_PRIOR))}
     assert all(f["measured"] and f["n"] >= 20 for f in figures.values()), figures
-    verdict = {method: publishing_checks(mae={"h": 1.0}, baseline={"h": 2.0}, mean_guess={"h": 10.0},
-                                         coverage={"h": 0.9}, nominal=0.9, tolerance=0.1, items=["1"], expected_k=1,
-                                         known_items={"1"}, frontier={"h": f}, frontier_silent_max=0.1)[-1]
-               for method, f in figures.items()}
-    assert not verdict["sparseeval-mlp"].passed, figures
-    assert verdict["sparseeval-headroom"].passed, figures
+    verdict = {key: publishing_checks(mae={"h": 1.0}, baseline={"h": 2.0}, mean_guess={"h": 10.0},
+                                      coverage={"h": 0.9}, nominal=0.9, tolerance=0.1, items=["1"], expected_k=1,
+                                      known_items={"1"}, frontier={"h": f}, frontier_silent_max=0.1)[-1]
+               for key, f in figures.items()}
+    assert not verdict[("sparseeval-mlp", 0.0)].passed, figures
+    assert verdict[("sparseeval-headroom", DEFAULT_BEYOND_PRIOR)].passed, figures
+    saturated, lifted = figures[("sparseeval-mlp", 0.0)], figures[("sparseeval-mlp", DEFAULT_BEYOND_PRIOR)]
+    assert saturated["bias"] < lifted["bias"] < 0 and lifted["mae"] < saturated["mae"] - 0.5, figures
+    assert lifted["silent_misses"] < saturated["silent_misses"], figures

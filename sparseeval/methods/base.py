@@ -69,6 +69,12 @@ class AnchorEstimator(ABC):
     """
 
     method: ClassVar[str] = "abstract"
+    #: whether calibration lifts this estimator's predictions at the top of the training range
+    #: (:mod:`sparseeval.beyond`): yes for regression heads on the anchor answers, which shrink toward
+    #: the training models; no where the score comes through a line on an item mean or an ability
+    #: (``random``, ``anchor-points``, the IRT family): on the strongest models of arc and hellaswag
+    #: those already overshoot, and a lift doubles it (docs/results/frontier.md)
+    lifted_at_top: ClassVar[bool] = True
 
     def __init__(self, k: int, *, random_state: int = 0, device: str = "auto") -> None:
         if k < 1:

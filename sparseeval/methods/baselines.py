@@ -156,6 +156,8 @@ def _line_state(line: tuple[float, float]) -> list[float]:
 class RandomMean(AnchorEstimator):
     """``k`` random items; prediction = their mean answer, mapped linearly to the full score."""
 
+    lifted_at_top = False
+
     def fit(self, Y: np.ndarray, s: np.ndarray, Y_val: np.ndarray | None = None,
             s_val: np.ndarray | None = None) -> Self:
         Y = np.asarray(Y, dtype=np.float32)
@@ -222,6 +224,8 @@ class AnchorPoints(AnchorEstimator):
     Prediction = weighted anchor mean ``sum(w_j x_j) / n_items`` (each anchor stands for its
     cluster), then the training line to the full score.
     """
+
+    lifted_at_top = False
 
     def __init__(self, k: int, *, random_state: int = 0, device: str = "auto", n_init: int = 10) -> None:
         super().__init__(k, random_state=random_state, device=device)

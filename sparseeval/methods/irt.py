@@ -104,6 +104,7 @@ class _IRTFamily(AnchorEstimator):
     """Shared fit of the three tinyBenchmarks estimators; ``output`` picks which one predicts."""
 
     output: ClassVar[str] = "irt"
+    lifted_at_top = False
 
     def __init__(self, k: int, *, random_state: int = 0, device: str = "auto", dim: int = 10,
                  max_iter: int = 300, n_init: int = 10) -> None:

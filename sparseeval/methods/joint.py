@@ -505,6 +505,13 @@ class JointOutput(AnchorEstimator):
     def _predict(self, X: np.ndarray) -> np.ndarray:
         return self.joint.predict_mean(X)[:, self.index]
 
+    def benchmark_predictions(self, X: np.ndarray) -> np.ndarray:
+        """(n, B): every benchmark's predicted score from gap-free answers ``X``: what the mean output
+        averages, for a calibration that lifts each benchmark before averaging
+        (:func:`sparseeval.calibration.predict_calibrated`)."""
+        X = np.atleast_2d(np.asarray(X, dtype=np.float32))
+        return np.clip(self.joint.predict_mean(impute(X, self.anchor_fill_))[:, :-1].astype(np.float64), 0.0, 1.0)
+
     def _get_params_state(self) -> dict[str, Any]:
         raise NotImplementedError("save the joint estimator instead")
 
