@@ -275,14 +275,17 @@ def calibrate(estimator: AnchorEstimator, X_cal: np.ndarray, s_cal: np.ndarray, 
     fill = estimator.anchor_fill_ if estimator.anchor_fill_ is not None else np.full(k, 0.5, np.float32)
     ood = fit_ood(X_train, fill)
     fill_gaps = _imputer(ood, cache)
-    # predictions exactly as scoring makes them (gaps filled by conditional imputation)
+    # predictions exactly as scoring makes them (gaps filled by conditional imputation, lifted at the top)
+    X_full = fill_gaps(X_cal)
     if beyond_outputs is not None:
         lift: dict[str, Any] = {"beyond_outputs": beyond_outputs}
+        pred_full = predict_calibrated(estimator, X_full, lift)
     else:
+        raw_full = estimator.predict(X_full)
         lifted = s_train is not None and estimator.lifted_at_top
-        beyond = fit_beyond(estimator.predict(fill_gaps(X_cal)), s_cal, s_train, beyond_prior) if lifted else {}
+        beyond = fit_beyond(raw_full, s_cal, s_train, beyond_prior) if lifted else {}
         lift = {"beyond": beyond} if beyond else {}
-    pred_full = predict_calibrated(estimator, fill_gaps(X_cal), lift)
+        pred_full = shift(raw_full, beyond)
     resid_full = pred_full - s_cal
     mode = _choose_mode(pred_full, resid_full, alpha, rng)
 
