@@ -48,8 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--from-csv", type=Path, nargs="+", metavar="CSV",
                     help="no runs: summarize these accuracy_runs.csv files (e.g. of runs split across machines)")
     args = ap.parse_args(argv)
-    # --benchmark extends a list (as in every command): the bench's default applies when none is given
-    args.benchmark = args.benchmark or ["arc", "gsm8k", "hellaswag", "mmlu", "truthfulqa"]
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if args.from_csv:

@@ -90,6 +90,15 @@ MUTANTS: tuple[Mutant, ...] = (
              "calibration)",
              "    pred = est.predict(cal.conditional_impute(X, ood) if imputed is None else imputed)"),),
            ("tests/test_beyond.py", "-k", "real_leaderboard")),
+    Mutant("ceiling-cap-a-quarter", "the ceiling-breaking swaps capped at a quarter of K again (real winogrande "
+                                    "data ran out of swaps with 9.8 % of the models at the ceiling)",
+           (("sparseeval/methods/sparseeval_method.py", "headroom=k // 2 if headroom is None", "headroom=k // 4 if "
+             "headroom is None"),),
+           ("tests/test_sparseeval_method.py", "-k", "break_ceiling")),
+    Mutant("ceiling-warning-silent", "fit says nothing when every-anchor-right is too common to flag",
+           (("sparseeval/frontier.py", '    if not guard or guard.get("all_right_frac", 0.0) <= EDGE_STATE_MAX:',
+             '    if not guard or guard.get("all_right_frac", 0.0) <= 1.0:'),),
+           ("tests/test_frontier.py", "-k", "too_common")),
     Mutant("comparison-key-without-budget", "the comparison budget left out of the comparison key",
            (("sparseeval/comparison.py", ',\n                "budget_s": self.budget_s}', "}"),),
            (KEYS, "-k", "keys_it_affects")),

@@ -47,7 +47,7 @@ COST: dict[str, tuple[float, float, float, float]] = {
     "gp-irt": (180.0, 1.0, 1.0, 0.0),
     "sparseeval-linear": (17.0, 1.0, 1.0, 0.25),
     "sparseeval-mlp": (20.0, 1.0, 1.0, 0.25),
-    "sparseeval-headroom": (21.0, 1.0, 1.0, 0.25),  # sparseeval-mlp plus at most K/4 GCV-scored swaps
+    "sparseeval-headroom": (21.0, 1.0, 1.0, 0.25),  # sparseeval-mlp plus a few GCV-scored swaps (at most K/2)
 }
 #: fixed cost per fit regardless of size (split, copies, final fits)
 OVERHEAD_S = 1.0

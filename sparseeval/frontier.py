@@ -97,6 +97,26 @@ def reasons(X: np.ndarray, pred: np.ndarray, d2: np.ndarray, ood: dict[str, Any]
     return out
 
 
+def ceiling_note(guard: dict[str, Any] | None) -> str | None:
+    """What a person must know when "all anchors right" is too common among the training models to be
+    flagged (more than :data:`EDGE_STATE_MAX` of them), else None.
+
+    Why: then a model stronger than every training model that answers every anchor right gets the
+    single prediction all such models get, at the top of the training range, with a conformal interval
+    and no flag: the silent miss the guard exists to prevent (seen on real winogrande data, where the
+    ceiling-breaking swaps ran out with 9.8 % of the training models still at the ceiling and 26 % of the
+    stronger models were missed silently; docs/results/frontier.md, round 4). It is said at fit time,
+    where choosing more anchors or a frontier evaluation can still fix it."""
+    if not guard or guard.get("all_right_frac", 0.0) <= EDGE_STATE_MAX:
+        return None
+    top = guard.get("all_right_max")
+    return (f"{_pct(guard['all_right_frac'])} % of the training models answer every anchor right"
+            + (f" (scoring up to {_pct(top)})" if top is not None else "")
+            + ": too common to flag, so a stronger model that does so is predicted at the top of the training "
+            "range with no flag; more anchors (-k) give headroom, and `sparseeval evaluate --split frontier` "
+            "measures the cost")
+
+
 def direction(why: tuple[str, ...]) -> int:
     """+1 when a reason says the model may be stronger than the training range, -1 weaker, 0 neither."""
     if any(r.startswith(UPWARD) for r in why):

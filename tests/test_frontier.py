@@ -180,3 +180,35 @@ def test_a_saturating_predictor_fails_the_frontier_check_and_the_default_passes(
     saturated, lifted = figures[("sparseeval-mlp", 0.0)], figures[("sparseeval-mlp", DEFAULT_BEYOND_PRIOR)]
     assert saturated["bias"] < lifted["bias"] < 0 and lifted["mae"] < saturated["mae"] - 0.5, figures
     assert lifted["silent_misses"] < saturated["silent_misses"], figures
+
+
+def test_fit_warns_when_every_anchor_right_is_too_common_to_flag(tmp_path: Path, capsys) -> None:
+    """A pool of easy items: many training models answer every anchor right, the guard cannot flag that
+    state without flagging ordinary models, and `fit` says so (the silent miss seen on real winogrande
+    data when the ceiling-breaking swaps ran out). A pool with hard items gets no warning."""
+    rng = np.random.default_rng(3)
+    n_models, n_items = 300, 40
+    theta = rng.normal(0.0, 1.0, n_models)
+    models = [f"org{i % 11}/m{i}" for i in range(n_models)]
+    for name, centre in (("easy", -3.0), ("hard", 0.5)):
+        difficulty = rng.normal(centre, 0.3, n_items)
+        p = 1.0 / (1.0 + np.exp(-1.5 * (theta[:, None] - difficulty)))
+        Y = (rng.random(p.shape) < p).astype(np.float64)
+        data = tmp_path / name
+        data.mkdir()
+        pl.DataFrame({"model": np.repeat(models, n_items), "benchmark": "toy",
+                      "item_id": np.tile([f"q{j}" for j in range(n_items)], n_models),
+                      "score": Y.ravel()}).write_parquet(data / "responses.parquet")
+        pl.DataFrame({"model": models, "benchmark": "toy", "score": p.mean(axis=1)}).write_parquet(
+            data / "scores.parquet")
+        capsys.readouterr()
+        assert main(["fit", "--data", str(data), "--benchmark", "toy", "-k", "8", "--method", "random-linear",
+                     "--out", str(tmp_path / f"{name}-predictor")]) == 0
+        printed = capsys.readouterr().out
+        guard = json.loads((tmp_path / f"{name}-predictor" / "predictor.json").read_text())["calibration"]["frontier"]
+        if name == "easy":
+            assert guard["all_right_frac"] > 0.05
+            assert "warning:" in printed and f"{100 * guard['all_right_frac']:.1f} % of the training models answer " \
+                "every anchor right" in printed and "no flag" in printed
+        else:
+            assert guard["all_right_frac"] <= 0.05 and "warning:" not in printed

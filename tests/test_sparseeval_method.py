@@ -12,7 +12,7 @@ from sparseeval.evaluation import ProtocolConfig, fit_on_split, score_on_split, 
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods import AnchorEstimator, make_estimator
 from sparseeval.methods.proxies import ridge_fit, ridge_gcv_from_gram, ridge_loo_mse, train_mlp
-from sparseeval.methods.selection import kmeans_start
+from sparseeval.methods.selection import CEILING_FRAC, break_ceiling, kmeans_start
 from sparseeval.metrics import score_metrics
 
 
@@ -129,3 +129,38 @@ def test_cuda_path_matches_cpu(synthetic_matrix: ResponseMatrix) -> None:
     X = torch.rand(50, 10, device="cuda").round()
     res = train_mlp(X, X.mean(1), X, X.mean(1), members=4, max_epochs=50)
     assert res.best_val_mse.device.type == "cuda"
+
+
+def test_break_ceiling_swaps_until_all_right_is_rare_and_no_further() -> None:
+    """Anchors the strong models all solve: swaps (each for an item that splits those ceiling models)
+    continue while more than CEILING_FRAC of the models answer every anchor right, up to the cap; anchors
+    without a ceiling are left exactly as they are. The default cap is half of K: a quarter ran out on
+    real winogrande data with 9.8 % of the models still at the ceiling (docs/results/frontier.md)."""
+    rng = np.random.default_rng(7)
+    theta = rng.normal(0.0, 1.0, 1500)
+    difficulty = np.sort(rng.normal(0.0, 1.5, 200))  # item 0 easiest
+    p = 0.3 + 0.7 / (1.0 + np.exp(-1.7 * (theta[:, None] - difficulty)))  # guessing floor: hard to break
+    Y = (rng.random(p.shape) < p).astype(np.float64)
+    s = p.mean(axis=1)
+
+    def all_right(anchors: np.ndarray) -> float:
+        return float(np.all(Y[:, anchors] >= 1.0, axis=1).mean())
+
+    easy = np.arange(20)
+    assert all_right(easy) > 0.2
+    quarter, n_quarter = break_ceiling(Y, s, easy, 5)
+    half, n_half = break_ceiling(Y, s, easy, 10)
+    assert n_quarter == 5 and all_right(quarter) > 0.05  # the quarter cap runs out: too common to flag
+    assert n_quarter < n_half < 10 and all_right(half) <= CEILING_FRAC
+    # and it stops as soon as the ceiling is rare: one swap fewer was not enough
+    assert all_right(break_ceiling(Y, s, easy, n_half - 1)[0]) > CEILING_FRAC
+    assert all_right(half) < all_right(quarter) < all_right(easy)
+    # each swap keeps K anchors, adds items the ceiling models do not all solve, never drops a breaker
+    assert len(set(half.tolist())) == 20 and set(quarter[-5:].tolist()) <= set(half.tolist())
+    assert np.all(Y[np.all(Y[:, easy] >= 1.0, axis=1)][:, half[-n_half:]].mean(axis=0) < 1.0)
+    # no ceiling, no swap
+    hard = np.arange(180, 200)
+    same, n_same = break_ceiling(Y, s, hard, 10)
+    assert n_same == 0 and np.array_equal(same, hard)
+    assert make_estimator("sparseeval-headroom", 20).headroom == 10
+    assert make_estimator("sparseeval-headroom", 20, headroom=3).headroom == 3

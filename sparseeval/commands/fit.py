@@ -29,6 +29,7 @@ from sparseeval.commands.arguments import (
     seed,
 )
 from sparseeval.errors import UsageError
+from sparseeval.frontier import ceiling_note
 from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.progress import progress_bar
 from sparseeval.publishing import is_managed, published_path
@@ -127,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
     for name, cal in (c["outputs"] if saved.is_joint else {bench: c}).items():
         print(f"  {name}: MAE {cal['calibration_mae_points']:.2f} points, {100 * (1 - c['alpha']):g}% interval "
               f"mean half-width {cal['mean_halfwidth_points']:.2f} points ({cal['mode']} scale)")
+    note = ceiling_note(c.get("frontier"))
+    if note:
+        print(f"  warning: {note}")
     print(f"saved {out} ({saved.content_hash})")
     print("next: export its anchors as an lm-eval task (lm-eval then prints the estimate for a new model):")
     print(f"  sparseeval export --predictor {shlex.quote(str(out))} --format lm-eval-task --out sparseeval_tasks")
