@@ -50,6 +50,9 @@ class Mutant:
 
 KEYS = "tests/test_refresh_keys.py"
 SERVE = "tests/test_serve_bootstrap.py"
+FRONTIER = "tests/test_frontier.py"
+BEYOND = "tests/test_beyond.py"
+POLICY = "tests/test_refresh_policy.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("alias-not-moved", "the MLflow champion alias set once, never moved to a newer champion",
@@ -99,6 +102,75 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/frontier.py", '    if not guard or guard.get("all_right_frac", 0.0) <= EDGE_STATE_MAX:',
              '    if not guard or guard.get("all_right_frac", 0.0) <= 1.0:'),),
            ("tests/test_frontier.py", "-k", "too_common")),
+    Mutant("silent-counts-flagged-misses", "a miss outside the interval counted as silent even when the model "
+                                           "was flagged (the frontier check would refuse honest predictors)",
+           (("sparseeval/frontier.py", "silent_misses=float((~inside & ~flagged).mean())",
+             "silent_misses=float((~inside).mean())"),),
+           (FRONTIER, "-k", "silent_only")),
+    Mutant("all-right-needs-every-answer", "a sheet with an anchor left unanswered and every other anchor right "
+                                           "not flagged as all right",
+           (("sparseeval/frontier.py", "    all_right = np.all(~answered | (X >= 1.0), axis=1) & some",
+             "    all_right = np.all(X >= 1.0, axis=1) & some"),),
+           (FRONTIER, "-k", "each_reason")),
+    Mutant("weaker-never-flagged", "a model predicted below every training model carries no flag",
+           (("sparseeval/frontier.py", '            elif pred[i] < guard["score_min"]:',
+             '            elif pred[i] < guard["score_min"] - 1.0:'),),
+           (FRONTIER, "-k", "each_reason")),
+    Mutant("all-right-flagged-however-common", "every-anchor-right flagged even when ordinary training models "
+                                               "answer so (flags on models like those it learned from)",
+           (("sparseeval/frontier.py", '            if all_right[i] and guard["all_right_frac"] <= EDGE_STATE_MAX:',
+             "            if all_right[i]:"),),
+           (FRONTIER, "-k", "each_reason")),
+    Mutant("frontier-cut-ties-to-test", "models scored exactly at the frontier cut put on the test side",
+           (("sparseeval/splits.py", "    return cut, scores > cut", "    return cut, scores >= cut"),),
+           (FRONTIER, "-k", "tied_at_the_cut")),
+    Mutant("selfcheck-sees-held-out-models", "the pipeline's frontier self-check measured on every model, the "
+                                             "candidate's held-out test models included",
+           (("sparseeval/refresh_policy.py",
+             "frontier_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]),",
+             "frontier_selfcheck(self.matrix, np.arange(len(self.matrix.models)),"),),
+           ("tests/test_refresh_policy.py", "-k", "frontier_selfcheck")),
+    Mutant("lift-error-model-inverted", "the lift's error model fitted the wrong way round (score given the "
+                                        "prediction instead of the prediction given the score)",
+           (("sparseeval/beyond.py", "    b, a = np.polyfit(s_cal, pred_cal, 1)",
+             "    b, a = np.polyfit(pred_cal, s_cal, 1)"),),
+           (BEYOND, "-k", "error_model")),
+    Mutant("lift-not-frozen-above-top", "the lift keeps growing with predictions above the best training score",
+           (("sparseeval/beyond.py", '    at = np.minimum(flat, beyond["top"])', "    at = flat"),),
+           (BEYOND, "-k", "inside_the_range")),
+    Mutant("upper-side-not-opened-at-predict", "predict gives a flagged stronger model its conformal upper side",
+           (("sparseeval/frontier.py", "    return Guarded(pred, half, lower, open_upward(upper, why), d2, why)",
+             "    return Guarded(pred, half, lower, upper, d2, why)"),),
+           (FRONTIER, "-k", "opens_the_upper_side")),
+    Mutant("at-top-from-the-wrong-tail", "'at the top of the training range' measured from the bottom of the "
+                                         "calibration predictions",
+           (("sparseeval/calibration.py", '"top_prediction": float(np.quantile(pred_cal, 1.0 - edge_frac)),',
+             '"top_prediction": float(np.quantile(pred_cal, edge_frac)),'),),
+           (FRONTIER, "-k", "saturating")),
+    Mutant("stronger-below-the-best", "'stronger than every training model' said of models below the best one",
+           (("sparseeval/calibration.py", '"score_min": float(s.min()), "score_max": float(s.max()),',
+             '"score_min": float(s.min()), "score_max": float(np.quantile(s, 0.95)),'),),
+           ("tests/test_scoring.py", "-k", "held_out_coverage_and_accuracy")),
+    Mutant("frontier-bar-ignored", "the frontier check compared with a fixed bar, not the frontier_silent_max "
+                                   "setting",
+           (("sparseeval/refresh.py", "        frontier_check(frontier, frontier_silent_max),",
+             "        frontier_check(frontier, FRONTIER_SILENT_MAX),"),),
+           (POLICY, "-k", "gates_publication")),
+    Mutant("frontier-figures-not-in-mlflow", "the candidate's MLflow run without its frontier metrics",
+           (("sparseeval/refresh_policy.py",
+             '                         **{f"frontier/{name}": v for name, v in frontier_metrics(self.frontier or {})'
+             ".items()}})",
+             "                         })"),),
+           (POLICY, "-k", "gates_publication")),
+    Mutant("frontier-figures-not-in-predictor", "the published predictor.json without its frontier figures",
+           (("sparseeval/refresh_policy.py",
+             "settings=db.training_settings(matrix.benchmark), frontier=self.frontier)",
+             "settings=db.training_settings(matrix.benchmark))"),),
+           (POLICY, "-k", "gates_publication")),
+    Mutant("frontier-columns-not-in-duckdb", "the anchor set's frontier_* columns (and so the analysts' view) "
+                                             "left empty",
+           (("sparseeval/refresh_policy.py", "            **frontier_fields(self.frontier))", "            )"),),
+           (POLICY, "-k", "gates_publication")),
     Mutant("comparison-key-without-budget", "the comparison budget left out of the comparison key",
            (("sparseeval/comparison.py", ',\n                "budget_s": self.budget_s}', "}"),),
            (KEYS, "-k", "keys_it_affects")),

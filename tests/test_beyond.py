@@ -38,6 +38,8 @@ def test_inside_the_range_nothing_moves_and_at_the_top_predictions_rise_within_t
     assert np.abs(moved[interior]).max() < 1e-3
     top = grid >= s_train.max()
     assert (moved[top] > 0.005).all() and moved.max() <= TAIL_SIGMAS * beyond["sigma"]
+    # above the best training score the lift stays what it is there (it does not grow with the prediction)
+    np.testing.assert_allclose(moved[top], (shift(np.array([s_train.max()]), beyond) - s_train.max())[0], atol=1e-12)
     assert (np.diff(shift(grid, beyond)) > 0).all()  # a higher prediction is never moved below a lower one
 
 
@@ -50,6 +52,19 @@ def test_models_beyond_the_cut_are_predicted_closer_with_the_lift() -> None:
     lifted = shift(saturated, fit_beyond(pred_cal, s_cal, s_train, DEFAULT_BEYOND_PRIOR))
     bias_before, bias_after = np.mean(saturated - truth), np.mean(lifted - truth)
     assert bias_before < bias_after < 0 and bias_after - bias_before > 0.005  # 0.8 of 5 points measured
+
+
+def test_the_error_model_is_the_prediction_given_the_score() -> None:
+    """Classical calibration: ``pred = a + b * score + noise`` is fitted with the score as the regressor,
+    so a regressor that compresses the range (b < 1) is read as such; fitted the other way round (the
+    score given the prediction) it would come out as b > 1 and the lift would be computed for a
+    predictor that does not exist."""
+    rng = np.random.default_rng(2)
+    s_cal = rng.uniform(0.3, 0.7, 2000)
+    pred_cal = 0.1 + 0.8 * s_cal + rng.normal(0, 0.03, s_cal.size)
+    beyond = fit_beyond(pred_cal, s_cal, rng.uniform(0.3, 0.7, 2000), DEFAULT_BEYOND_PRIOR)
+    assert beyond["b"] == pytest.approx(0.8, abs=0.02) and beyond["a"] == pytest.approx(0.1, abs=0.01)
+    assert beyond["sigma"] == pytest.approx(0.03, abs=0.003)
 
 
 def test_no_tail_no_data_or_no_signal_means_no_lift() -> None:

@@ -25,7 +25,19 @@ from sparseeval.evaluation import (
     frontier_selfcheck,
     split_for_seed,
 )
-from sparseeval.frontier import ALL_RIGHT, AT_TOP, STRONGER, UNLIKE, open_upward
+from sparseeval.frontier import (
+    ALL_RIGHT,
+    ALL_WRONG,
+    AT_TOP,
+    STRONGER,
+    UNLIKE,
+    WEAKER,
+    Guarded,
+    direction,
+    interval_figures,
+    open_upward,
+    reasons,
+)
 from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.refresh import publishing_checks
 from sparseeval.scoring import Prediction, fit_predictor, open_for_extrapolation, predict
@@ -67,6 +79,14 @@ def test_frontier_split_keeps_every_stronger_model_out_of_fitting_and_calibratio
     assert result.n_test == len(split.test) and (m.scores[split.test] > np.quantile(m.scores, 0.9)).all()
     assert result.coverage is not None and result.silent_misses is not None and result.bias is not None
     assert result.bias < 0  # fitted below the cut, the stronger models are predicted too low
+
+
+def test_models_tied_at_the_cut_stay_on_the_training_side() -> None:
+    scores = np.array([0.1, 0.2, 0.3, 0.4, 0.4, 0.4, 0.9])
+    cut, beyond = frontier_cut(scores, 0.5)
+    assert cut == 0.4 and beyond.tolist() == [False] * 6 + [True]
+    cut, below = frontier_cut(scores, 0.5, low=True)
+    assert cut == 0.4 and below.tolist() == [True] * 3 + [False] * 4
 
 
 @pytest.fixture(scope="module")
@@ -116,11 +136,67 @@ def test_every_anchor_right_is_flagged_with_its_reason_everywhere(published, tmp
     assert not step.done and "flagged" in step.reason
 
 
+def test_predict_opens_the_upper_side_of_a_model_flagged_stronger(published) -> None:
+    """The same answer sheet scored twice: as an ordinary model (conformal interval), then with the
+    guard's best training score set just below its prediction, so it is "stronger than every training
+    model": the point and the lower side stay, the upper side goes to the top of the scale."""
+    art, _, responses = published
+    sheets = responses.filter(pl.col("item_id").is_in(art.anchor_item_ids))
+    ordinary = [p for p in predict(art, sheets) if not p.ood and p.upper < 0.95]
+    assert ordinary
+    plain = ordinary[len(ordinary) // 2]
+    guard = {**art.calibration["frontier"], "score_max": plain.predicted - 0.01}
+    lowered = replace(art, calibration={**art.calibration, "frontier": guard})
+    opened = next(p for p in predict(lowered, sheets.filter(pl.col("model") == plain.model)))
+    assert any(r.startswith(STRONGER) for r in opened.ood_reasons)
+    assert (opened.predicted, opened.lower) == pytest.approx((plain.predicted, plain.lower), abs=1e-6)
+    assert opened.upper == 1.0
+
+
 def test_only_reasons_that_cannot_bound_a_model_from_above_open_its_interval() -> None:
     upper = np.array([0.7, 0.8, 0.9, 0.6, 0.5])
     why = [(f"{ALL_RIGHT} (1.0 %)",), (f"{STRONGER} (predicted 80.0 > 79.0)",), (f"{AT_TOP} (predicted 90.0)",),
            (f"{UNLIKE} (distance 9.9 > 5.0)",), ()]
     np.testing.assert_array_equal(open_upward(upper, why), [1.0, 1.0, 0.9, 0.6, 0.5])
+
+
+def test_each_reason_is_given_exactly_when_its_condition_holds() -> None:
+    """The guard's rules one by one on hand-made answer sheets (NaN = not answered): every state at the
+    edge of what the anchors can tell is named, an unanswered anchor does not hide it, a state common
+    among the training models is not flagged, and an ordinary model gets no reason."""
+    guard = {"score_min": 0.30, "score_max": 0.80, "top_prediction": 0.75, "edge_frac": 0.02,
+             "all_right_frac": 0.01, "all_right_max": 0.78, "all_wrong_frac": 0.02, "all_wrong_min": 0.31}
+    ood = {"threshold": 5.0, "percentile": 99.0}
+    nan = np.nan
+    X = np.array([[1, 0, 1, 0], [1, 1, nan, 1], [0, nan, 0, 0], [1, 0, 1, 0], [1, 0, 1, 0], [1, 0, 0, 1],
+                  [nan, nan, nan, nan]], dtype=np.float64)
+    pred = np.array([0.55, 0.79, 0.35, 0.25, 0.85, 0.77, 0.50])
+    d2 = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 9.0])
+    why = reasons(X, pred, d2, ood, guard)
+    assert why[0] == ()  # inside the range, answers like the training models'
+    assert [r.split(" (")[0] for r in why[1]] == [ALL_RIGHT] and "1.0 % of the training models" in why[1][0]
+    assert [r.split(" (")[0] for r in why[2]] == [ALL_WRONG]
+    assert [r.split(" (")[0] for r in why[3]] == [WEAKER] and direction(why[3]) == -1
+    assert [r.split(" (")[0] for r in why[4]] == [STRONGER] and direction(why[4]) == 1
+    assert [r.split(" (")[0] for r in why[5]] == [AT_TOP] and direction(why[5]) == 1
+    assert [r.split(" (")[0] for r in why[6]] == [UNLIKE] and direction(why[6]) == 0  # nothing answered: no edge
+    # the same sheets when every-anchor-right (wrong) is common among the training models: that state is
+    # not flagged (the all-right sheet is still "at the top" by its prediction, the all-wrong one nothing)
+    common = reasons(X, pred, d2, ood, {**guard, "all_right_frac": 0.2, "all_wrong_frac": 0.2})
+    assert [r.split(" (")[0] for r in common[1]] == [AT_TOP] and common[2] == ()
+    assert reasons(X, pred, d2, ood, None)[1:6] == [()] * 5  # predictors calibrated before the guard: distance only
+
+
+def test_a_miss_is_silent_only_when_outside_its_interval_and_not_flagged() -> None:
+    """Four models, one of each kind: inside or outside the interval, flagged or not."""
+    g = Guarded(pred=np.array([0.50, 0.60, 0.70, 0.80]), halfwidth=np.full(4, 0.02),
+                lower=np.array([0.48, 0.58, 0.68, 0.78]), upper=np.array([0.52, 0.62, 0.72, 1.00]),
+                d2=np.zeros(4), reasons=[(), (f"{STRONGER} (x)",), (), (f"{ALL_RIGHT} (x)",)])
+    f = interval_figures(g, np.array([0.51, 0.70, 0.60, 0.90]))
+    assert f.coverage == 0.5 and f.flagged == 0.5 and f.silent_misses == 0.25 and f.n == 4
+    assert f.mae == pytest.approx(100 * (0.01 + 0.10 + 0.10 + 0.10) / 4)
+    assert f.bias == pytest.approx(100 * (-0.01 - 0.10 + 0.10 - 0.10) / 4)
+    assert f.halfwidth == pytest.approx(50 * (0.04 * 3 + 0.22) / 4)
 
 
 def test_compare_opens_the_side_of_a_model_beyond_the_range() -> None:

@@ -13,17 +13,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
+from mlflow import MlflowClient
 
 from sparseeval.artifact import load_predictor
 from sparseeval.cli import main as cli_main
+from sparseeval.evaluation import split_for_seed
 from sparseeval.matrix_store import MatrixStore
 from sparseeval.publishing import audit, published_path
 from sparseeval.refresh_policy import FitSettings, refresh_benchmark
+from sparseeval.splits import frontier_cut
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
-from sparseeval.tracking import TrackingConfig, registered_versions
+from sparseeval.tracking import TrackingConfig, ensure_experiment, registered_versions
 
 pytestmark = pytest.mark.slow
 
@@ -183,6 +187,13 @@ def test_the_frontier_selfcheck_stands_until_the_models_grow_by_a_tenth(world: d
     settings = FitSettings(k=6, method="sparseeval-linear")
     first = refresh(settings)
     assert "reused" not in first and first["matrix_models"] == 96 and first["setup"]["method"] == "sparseeval-linear"
+    # measured on the candidate's fitting models only: its held-out test models never reach the self-check
+    matrix = matrices.update(store, "arc").matrix
+    split = split_for_seed(matrix, settings.seed, settings.protocol())
+    fitting = np.concatenate([split.train, split.val])
+    assert len(fitting) < len(matrix.models)
+    assert first["n"] == int(frontier_cut(matrix.scores[fitting], 0.9)[1].sum())
+    assert f"of {len(fitting)} fitting models" in first["note"]  # too few stronger ones here to measure
     arrive(4, 5, "-a")  # 4 % new: the measurement stands
     second = refresh(settings)
     assert "4.0 % new since" in second["reused"] and second["measured_on"] == first["measured_on"]
@@ -191,3 +202,54 @@ def test_the_frontier_selfcheck_stands_until_the_models_grow_by_a_tenth(world: d
     assert "reused" not in third and third["matrix_models"] == 108 and third["measured_on"] != first["measured_on"]
     other = refresh(FitSettings(k=5, method="sparseeval-linear"))  # another K: its own measurement
     assert "reused" not in other and other["setup"]["k"] == 5
+
+
+def test_the_frontier_selfcheck_gates_publication_and_reaches_duckdb_mlflow_and_the_predictor(
+        tmp_path: Path) -> None:
+    """Issue 29 on the path the pipeline calls: a board large enough for the self-check to measure (over
+    20 of the candidate's fitting models above their 90th percentile). With a bar the candidate misses
+    (no silent miss allowed) it is rejected, the check's message carrying the numbers, and nothing is
+    published; at a bar it meets, the same fit (reused) is published, and its frontier figures are the
+    same in the result the assets show, DuckDB's columns and analysts' view, MLflow and predictor.json."""
+    lb = generate_leaderboard(n_families=30, models_per_family=10, benchmarks={"arc": 80}, seed=7)
+    write_leaderboard(lb, tmp_path / "src")
+    store = Store(tmp_path / "sparseeval.duckdb")
+    store.ingest(tmp_path / "src")
+    matrix = MatrixStore.beside(store).update(store, "arc").matrix
+    tracking = TrackingConfig(data_dir=tmp_path)
+
+    def refresh(silent_max: float):
+        return refresh_benchmark(matrix, store, tracking, tmp_path / "predictors",
+                                 FitSettings(k=8, method="sparseeval-linear", frontier_silent_max=silent_max),
+                                 publish=True, challenger=False)
+
+    strict = refresh(0.0)
+    check = {c.name: c for c in strict.checks}["frontier_misses_flagged"]
+    figures = check.metadata["figures"]
+    assert figures["measured"] and figures["n"] >= 20 and figures["silent_misses"] > 0, figures
+    assert not check.passed and store.champion("arc") is None
+    assert "NOT published: failed frontier_misses_flagged (no champion yet: nothing is served)" in strict.decision
+    assert f"{100 * figures['silent_misses']:.1f} % of {figures['n']} stronger models missed silently (max 0 %)" \
+        in check.metadata["message"]
+    assert not strict.published and not (tmp_path / "predictors" / "arc").exists()
+
+    lenient = refresh(0.5)
+    assert lenient.passed and lenient.published and store.champion("arc")["anchor_set_id"] == lenient.proposed
+    assert lenient.figures["reused_fits"] == ["selected"]  # only the bar changed: the fit is not redone
+    expected = {name: round(float(figures[name]), 4) for name in ("mae", "bias", "coverage", "flagged",
+                                                                  "silent_misses")}
+    assert {name: lenient.figures[f"frontier_{name}"] for name in expected} == expected  # the asset's metadata
+    view = store.query("SELECT * FROM frontier_selfcheck WHERE anchor_set_id = $i", {"i": lenient.proposed})
+    row = view.to_dicts()[0]
+    assert row["frontier_check_passed"] is True and row["frontier_models"] == figures["n"]
+    # (the check's figures are rounded to 4 places for its message)
+    assert (row["frontier_silent"], row["frontier_mae"]) == pytest.approx((figures["silent_misses"], figures["mae"]),
+                                                                          abs=1e-4)
+    client = MlflowClient(tracking.resolved_tracking_uri)
+    runs = client.search_runs([ensure_experiment(tracking, client)], "tags.`sparseeval.step` = 'candidate'")
+    assert len(runs) == 2 and all(r.data.metrics["frontier/silent_misses"] == pytest.approx(figures["silent_misses"],
+                                                                                                 abs=1e-4)
+                                  for r in runs)
+    published = load_predictor(published_path(tmp_path / "predictors", "arc"))
+    assert published.extra["frontier"]["silent_misses"] == pytest.approx(figures["silent_misses"], abs=1e-4)
+    assert published.extra["frontier"]["n"] == figures["n"]
