@@ -171,6 +171,11 @@ MUTANTS: tuple[Mutant, ...] = (
                                              "left empty",
            (("sparseeval/refresh_policy.py", "            **frontier_fields(self.frontier))", "            )"),),
            (POLICY, "-k", "gates_publication")),
+    Mutant("frontier-quantile-not-passed", "SPARSEEVAL_FRONTIER_QUANTILE read but the self-check cut at 0.9 "
+                                           "whatever it says",
+           (("sparseeval/refresh_policy.py", "s.method, self.k, s.seed, quantile=s.frontier_quantile,",
+             "s.method, self.k, s.seed,"),),
+           (POLICY, "-k", "gates_publication")),
     Mutant("comparison-key-without-budget", "the comparison budget left out of the comparison key",
            (("sparseeval/comparison.py", ',\n                "budget_s": self.budget_s}', "}"),),
            (KEYS, "-k", "keys_it_affects")),

@@ -122,6 +122,7 @@ class SettingsResource(dg.ConfigurableResource):
     challenger_min_days: float = _FIT.challenger_min_days
     coverage_tolerance: float = _FIT.coverage_tolerance
     frontier_silent_max: float = _FIT.frontier_silent_max
+    frontier_quantile: float = _FIT.frontier_quantile  #: where the frontier self-check cuts the fitting models
     predictor_dir: str = str(Path(defaults.SETTINGS["data_dir"].default) / defaults.PREDICTORS_FOLDER)
     joint_benchmarks: str = _FIT.joint_benchmarks  #: benchmarks of the joint predictor ("" every plain one, "none" off)
 
@@ -131,7 +132,8 @@ class SettingsResource(dg.ConfigurableResource):
                            test_frac=self.test_frac, split_policy=self.split_policy, alpha=self.alpha,
                            coverage_tolerance=self.coverage_tolerance, challenger_margin=self.challenger_margin,
                            challenger_min_days=self.challenger_min_days,
-                           frontier_silent_max=self.frontier_silent_max, device=self.device,
+                           frontier_silent_max=self.frontier_silent_max, frontier_quantile=self.frontier_quantile,
+                           device=self.device,
                            joint_benchmarks=self.joint_benchmarks)
 
     def comparison(self) -> ComparisonSettings:
@@ -171,7 +173,7 @@ def default_resources() -> dict[str, Any]:
             # floats: read once here (dg.EnvVar carries strings and ints only)
             **{name: defaults.SETTINGS[name].value() for name in (
                 "alpha", "challenger_margin", "challenger_min_days", "coverage_tolerance", "compare_new_share",
-                "compare_budget_s", "frontier_silent_max")},
+                "compare_budget_s", "frontier_silent_max", "frontier_quantile")},
         ),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }

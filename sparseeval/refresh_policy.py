@@ -125,6 +125,7 @@ class FitSettings:
     challenger_margin: float = defaults.SETTINGS["challenger_margin"].default_value
     challenger_min_days: float = defaults.SETTINGS["challenger_min_days"].default_value
     frontier_silent_max: float = defaults.SETTINGS["frontier_silent_max"].default_value
+    frontier_quantile: float = defaults.SETTINGS["frontier_quantile"].default_value
     device: str = defaults.DEFAULT_DEVICE
     #: the joint predictor's benchmarks ("" every plain one, "none" off)
     joint_benchmarks: str = defaults.SETTINGS["joint_benchmarks"].default_value
@@ -134,7 +135,7 @@ class FitSettings:
         """The settings as ``$SPARSEEVAL_*`` (or their defaults) say: what the CLI and ``make run`` use
         (a value that does not parse is refused naming its variable)."""
         names = ("k", "method", "seed", "alpha", "coverage_tolerance", "challenger_margin", "challenger_min_days",
-                 "frontier_silent_max", "device", "joint_benchmarks")
+                 "frontier_silent_max", "frontier_quantile", "device", "joint_benchmarks")
         return cls(**{name: defaults.SETTINGS[name].value() for name in names})
 
     def key_settings(self) -> dict[str, Any]:
@@ -142,7 +143,8 @@ class FitSettings:
         return {"k": self.k, "method": self.method, "seed": self.seed, "val_frac": self.val_frac,
                 "test_frac": self.test_frac, "split_policy": self.split_policy, "alpha": self.alpha,
                 "coverage_tolerance": self.coverage_tolerance, "challenger_margin": self.challenger_margin,
-                "challenger_min_days": self.challenger_min_days, "frontier_silent_max": self.frontier_silent_max}
+                "challenger_min_days": self.challenger_min_days, "frontier_silent_max": self.frontier_silent_max,
+                "frontier_quantile": self.frontier_quantile}
 
     def joint_key_settings(self, benchmarks: Sequence[str] | None = None) -> dict[str, Any]:
         """The joint predictor's fit key settings: a benchmark's, its benchmark setting and, once
@@ -424,7 +426,8 @@ class _BenchmarkPhase:
             self.frontier = _stored_frontier(ctx.store, self.name, setup, len(self.matrix.models))
             if self.frontier is None:
                 figures = frontier_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]),
-                                             s.method, self.k, s.seed, alpha=s.alpha, device=s.device)
+                                             s.method, self.k, s.seed, quantile=s.frontier_quantile,
+                                             alpha=s.alpha, device=s.device)
                 self.frontier = {**figures, "setup": setup, "measured_on": self.version,
                                  "matrix_models": len(self.matrix.models)}
         save.baseline, save.frontier = self.baseline, self.frontier
@@ -598,7 +601,7 @@ SELFCHECK_NEW_SHARE = 0.1
 def _selfcheck_setup(s: FitSettings, k: int) -> dict[str, Any]:
     """Everything but the data that the frontier self-check's figures depend on."""
     return {"method": s.method, "k": k, "seed": s.seed, "alpha": s.alpha, "split": s.split_policy,
-            "val_frac": s.val_frac, "test_frac": s.test_frac}
+            "val_frac": s.val_frac, "test_frac": s.test_frac, "quantile": s.frontier_quantile}
 
 
 def _stored_frontier(db: Store, benchmark: str, setup: dict[str, Any], n_models: int) -> dict[str, Any] | None:

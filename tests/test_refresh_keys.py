@@ -44,6 +44,7 @@ ROWS: dict[str, tuple[Any, set[str]]] = {
     "challenger_margin": (0.1, {FIT, JOINT}),
     "challenger_min_days": (7.0, {FIT, JOINT}),
     "frontier_silent_max": (0.3, {FIT, JOINT}),
+    "frontier_quantile": (0.8, {FIT, JOINT}),
     "compare_methods": ("random-linear,sparseeval-linear", {COMPARISON}),
     "compare_ks": ("6,8", {COMPARISON}),
     "compare_seeds": (2, {COMPARISON}),

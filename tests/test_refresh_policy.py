@@ -253,3 +253,12 @@ def test_the_frontier_selfcheck_gates_publication_and_reaches_duckdb_mlflow_and_
     published = load_predictor(published_path(tmp_path / "predictors", "arc"))
     assert published.extra["frontier"]["silent_misses"] == pytest.approx(figures["silent_misses"], abs=1e-4)
     assert published.extra["frontier"]["n"] == figures["n"]
+    # SPARSEEVAL_FRONTIER_QUANTILE: a lower cut measures anew, on twice the stronger models
+    farther = refresh_benchmark(matrix, store, tracking, tmp_path / "predictors",
+                                FitSettings(k=8, method="sparseeval-linear", frontier_silent_max=0.5,
+                                            frontier_quantile=0.8), publish=True, challenger=False)
+    wider = {c.name: c for c in farther.checks}["frontier_misses_flagged"].metadata["figures"]
+    split = split_for_seed(matrix, 0, FitSettings().protocol())
+    fitting = matrix.scores[np.concatenate([split.train, split.val])]
+    assert figures["n"] == int(frontier_cut(fitting, 0.9)[1].sum())
+    assert wider["quantile"] == 0.8 and wider["n"] == int(frontier_cut(fitting, 0.8)[1].sum()) > figures["n"]

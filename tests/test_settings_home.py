@@ -300,6 +300,13 @@ def test_a_bad_value_is_refused_naming_the_variable_and_the_value(monkeypatch: p
         with pytest.raises(settings.SettingError, match=rf"\${env} must be .*, got 'lots'"):
             call()
         monkeypatch.delenv(env)
+    for quantile in ("0.3", "1", "1.2"):  # a frontier cut outside [0.5, 1) leaves no side to train or test on
+        monkeypatch.setenv("SPARSEEVAL_FRONTIER_QUANTILE", quantile)
+        with pytest.raises(settings.SettingError, match=rf"\$SPARSEEVAL_FRONTIER_QUANTILE must be a number in "
+                                                        rf"\[0.5, 1\), got '{quantile}'"):
+            FitSettings.from_environment()
+    monkeypatch.setenv("SPARSEEVAL_FRONTIER_QUANTILE", "0.8")
+    assert FitSettings.from_environment().frontier_quantile == 0.8
     monkeypatch.setenv("SPARSEEVAL_COMPARE_BUDGET_S", "0")
     assert budget_from_env() == math.inf
     monkeypatch.setenv("SPARSEEVAL_K", " 7 ")
