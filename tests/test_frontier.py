@@ -147,7 +147,7 @@ def test_predict_opens_the_upper_side_of_a_model_flagged_stronger(published) -> 
     plain = ordinary[len(ordinary) // 2]
     guard = {**art.calibration["frontier"], "score_max": plain.predicted - 0.01}
     lowered = replace(art, calibration={**art.calibration, "frontier": guard})
-    opened = next(p for p in predict(lowered, sheets.filter(pl.col("model") == plain.model)))
+    opened = predict(lowered, sheets.filter(pl.col("model") == plain.model))[0]
     assert any(r.startswith(STRONGER) for r in opened.ood_reasons)
     assert (opened.predicted, opened.lower) == pytest.approx((plain.predicted, plain.lower), abs=1e-6)
     assert opened.upper == 1.0
