@@ -176,6 +176,10 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/refresh_policy.py", "s.method, self.k, s.seed, quantile=s.frontier_quantile,",
              "s.method, self.k, s.seed,"),),
            (POLICY, "-k", "gates_publication")),
+    Mutant("selfcheck-note-counts-nothing", "predict's note on a flagged stronger model never shown (it counts the "
+                                            "models flagged weaker)",
+           (("sparseeval/commands/predict.py", "sum(p.beyond > 0 for p in preds", "sum(p.beyond < 0 for p in preds"),),
+           (FRONTIER, "-k", "how_far_off")),
     Mutant("comparison-key-without-budget", "the comparison budget left out of the comparison key",
            (("sparseeval/comparison.py", ',\n                "budget_s": self.budget_s}', "}"),),
            (KEYS, "-k", "keys_it_affects")),

@@ -37,6 +37,7 @@ from sparseeval.frontier import (
     interval_figures,
     open_upward,
     reasons,
+    selfcheck_note,
 )
 from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.refresh import publishing_checks
@@ -151,6 +152,33 @@ def test_predict_opens_the_upper_side_of_a_model_flagged_stronger(published) -> 
     assert any(r.startswith(STRONGER) for r in opened.ood_reasons)
     assert (opened.predicted, opened.lower) == pytest.approx((plain.predicted, plain.lower), abs=1e-6)
     assert opened.upper == 1.0
+
+
+def test_predict_says_how_far_off_the_predictor_was_on_its_own_stronger_models(published, tmp_path: Path,
+                                                                                capsys) -> None:
+    """A published predictor carries its frontier self-check; where a model may lie above the training
+    range, `predict` says how far off it was on stronger models (the error bar a one-sided interval cannot
+    give), on stderr so `--json -` stays JSON. No flagged model, or no self-check: no note."""
+    art, folder, _ = published
+    figures = {"measured": True, "mae": 4.2, "bias": -4.0, "coverage": 0.8, "flagged": 0.6,
+               "silent_misses": 0.12, "n": 40, "quantile": 0.9}
+    checked = tmp_path / "checked" / "arc"
+    replace(art, extra={**art.extra, "frontier": figures}).save(checked)
+    ace = tmp_path / "ace.csv"
+    pl.DataFrame({"item_id": art.anchor_item_ids, "correct": [1] * art.k}).write_csv(ace)
+    assert main(["predict", "--predictor", str(checked), "--answers", str(ace), "--model", "ace/top", "--json", "-",
+                 "--no-db"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)[0]["ood"] is True
+    assert ("note: 1 arc prediction(s) may lie above the training range: on the strongest 10 % of its own fitting "
+            "models (held out: its frontier self-check, 40 models) this predictor was off by 4.2 points on average "
+            "(bias -4.0: too low), and 12 % of them fell outside their interval unflagged") in err
+    plain = tmp_path / "plain.csv"
+    pl.DataFrame({"item_id": art.anchor_item_ids, "correct": [1, 0] * (art.k // 2)}).write_csv(plain)
+    for predictor, answers in ((folder, ace), (checked, plain)):  # no self-check stored; nothing flagged upward
+        assert main(["predict", "--predictor", str(predictor), "--answers", str(answers), "--no-db"]) == 0
+        assert "note:" not in capsys.readouterr().err
+    assert selfcheck_note({"measured": False, "n": 7}, "arc", 3) is None
 
 
 def test_only_reasons_that_cannot_bound_a_model_from_above_open_its_interval() -> None:

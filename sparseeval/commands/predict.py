@@ -4,7 +4,8 @@ Also home of what ``export``, ``next`` and ``compare`` share: the predictor argu
 a folder or ``hf://`` repo, ``--benchmark`` looked up in ``--registry``) and :func:`prediction_record`,
 the one place a result row is rendered (the table, ``--json`` and ``--csv`` all come from it).
 Each row carries the out-of-distribution flag with its reasons in words (e.g. "stronger than every training
-model"), shown under warnings in the table and as ``ood_reasons`` in ``--json``/``--csv``.
+model"), shown under warnings in the table and as ``ood_reasons`` in ``--json``/``--csv``; where a model may
+lie above the training range, a note says how far off the predictor was on its own stronger models.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sparseeval.benchmarks import canonical_benchmark, default_n_shot, same_metr
 from sparseeval.commands.arguments import add_benchmark_argument, add_output_arguments, existing_path, writable_db
 from sparseeval.commands.output import to_stdout, write_records
 from sparseeval.errors import UsageError
+from sparseeval.frontier import selfcheck_note
 from sparseeval.methods.joint import MEAN
 from sparseeval.publishing import published_path
 from sparseeval.scoring import Prediction, predict
@@ -222,6 +224,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"predicted full-benchmark scores (points) with {100 * (1 - alpha):g}% conformal intervals")
         print(format_table(preds))
     write_records([prediction_record(p) for p in preds], json_to=args.json, csv_to=args.csv)
+    for art in artifacts:  # how far off this predictor was on stronger models, where a model may be one
+        note = selfcheck_note(art.extra.get("frontier"), art.benchmark,
+                              sum(p.beyond > 0 for p in preds if p.benchmark == art.benchmark))
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     db = None if args.no_db else args.db or (settings.db_path() if settings.db_path().is_file() else None)
     if db is not None:
         n = record_in_store(db, artifacts, preds)
