@@ -119,21 +119,22 @@ def ceiling_note(guard: dict[str, Any] | None) -> str | None:
 
 def selfcheck_note(figures: dict[str, Any] | None, benchmark: str, n_upward: int) -> str | None:
     """What a person reading ``n_upward`` predictions that may lie above the training range should know:
-    how this predictor fared on models stronger than those it learned from, measured on its own fitting
-    models (the frontier self-check a published predictor carries, ``predictor.json``'s
-    ``extra.frontier``). None when no such prediction was made or nothing was measured.
+    how the predictor's method fared on models stronger than those it learned from, measured on its own
+    fitting models (the frontier self-check a published predictor carries, ``predictor.json``'s
+    ``extra.frontier``: the method refitted below a score cut of them, scored above it). None when no
+    such prediction was made or nothing was measured.
 
     Why: a flag says *that* a number may be off and in which direction; the self-check says *by how much*
-    it was off the last time this very predictor was tried on stronger models, which is the error bar
-    the flagged model's one-sided interval cannot give."""
+    the same method, anchors chosen the same way, was off on stronger models it had not seen, which is the
+    error bar the flagged model's one-sided interval cannot give."""
     if n_upward <= 0 or not figures or not figures.get("measured"):
         return None
     q = float(figures.get("quantile", 0.9))
     bias = float(figures["bias"])
-    return (f"{n_upward} {benchmark} prediction(s) may lie above the training range: on the strongest "
-            f"{100 * (1 - q):.0f} % of its own fitting models (held out: its frontier self-check, "
-            f"{figures['n']} models) this predictor was off by {float(figures['mae']):.1f} points on average "
-            f"(bias {bias:+.1f}: {'too low' if bias < 0 else 'too high'}), and "
+    return (f"{n_upward} {benchmark} prediction(s) may lie above the training range: refitted on the weakest "
+            f"{100 * q:.0f} % of its own fitting models, this predictor's method was off by "
+            f"{float(figures['mae']):.1f} points on average on the strongest {100 * (1 - q):.0f} % "
+            f"({figures['n']} models; bias {bias:+.1f}: {'too low' if bias < 0 else 'too high'}), and "
             f"{100 * float(figures['silent_misses']):.0f} % of them fell outside their interval unflagged")
 
 

@@ -170,9 +170,9 @@ def test_predict_says_how_far_off_the_predictor_was_on_its_own_stronger_models(p
                  "--no-db"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)[0]["ood"] is True
-    assert ("note: 1 arc prediction(s) may lie above the training range: on the strongest 10 % of its own fitting "
-            "models (held out: its frontier self-check, 40 models) this predictor was off by 4.2 points on average "
-            "(bias -4.0: too low), and 12 % of them fell outside their interval unflagged") in err
+    assert ("note: 1 arc prediction(s) may lie above the training range: refitted on the weakest 90 % of its own "
+            "fitting models, this predictor's method was off by 4.2 points on average on the strongest 10 % "
+            "(40 models; bias -4.0: too low), and 12 % of them fell outside their interval unflagged") in err
     plain = tmp_path / "plain.csv"
     pl.DataFrame({"item_id": art.anchor_item_ids, "correct": [1, 0] * (art.k // 2)}).write_csv(plain)
     for predictor, answers in ((folder, ace), (checked, plain)):  # no self-check stored; nothing flagged upward
