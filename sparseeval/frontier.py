@@ -129,7 +129,7 @@ def selfcheck_note(figures: dict[str, Any] | None, benchmark: str, n_upward: int
     error bar the flagged model's one-sided interval cannot give."""
     if n_upward <= 0 or not figures or not figures.get("measured"):
         return None
-    q = float(figures.get("quantile", 0.9))
+    q = float(figures["quantile"])  # every measured self-check records its cut
     bias = float(figures["bias"])
     return (f"{n_upward} {benchmark} prediction(s) may lie above the training range: refitted on the weakest "
             f"{100 * q:.0f} % of its own fitting models, this predictor's method was off by "

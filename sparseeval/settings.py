@@ -45,8 +45,9 @@ def int_csv(raw: str) -> tuple[int, ...]:
     return tuple(int(part) for part in csv(raw))
 
 
-def cut_quantile(raw: str) -> float:
-    """Where a frontier split cuts the score: a quantile in [0.5, 1) (above it: the stronger models)."""
+def cut_quantile(raw: str | float) -> float:
+    """Where a frontier split cuts the score: a quantile in [0.5, 1) (above it: the stronger models); the
+    setting's parser and :func:`sparseeval.splits.frontier_cut` both check with it."""
     q = float(raw)
     if not 0.5 <= q < 1.0:
         raise ValueError(raw)

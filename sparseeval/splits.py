@@ -28,8 +28,9 @@ from sparseeval.errors import UsageError
 SplitPolicy = Literal["random", "family", "date", "frontier", "frontier-low"]
 #: the policies whose test models lie beyond the training models' score range
 FRONTIER_POLICIES = ("frontier", "frontier-low")
-#: default quantile of the frontier cut: train on the weakest 90 %, test on the strongest 10 %
-FRONTIER_QUANTILE = 0.9
+#: default quantile of the frontier cut: train on the weakest 90 %, test on the strongest 10 % (the pipeline's
+#: self-check cuts there too: one default, ``SPARSEEVAL_FRONTIER_QUANTILE``)
+FRONTIER_QUANTILE: float = defaults.SETTINGS["frontier_quantile"].default_value
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff]")
 
 
@@ -157,8 +158,10 @@ def make_split(models: Sequence[str], *, policy: SplitPolicy = defaults.DEFAULT_
 def frontier_cut(scores: np.ndarray, quantile: float, *, low: bool = False) -> tuple[float, np.ndarray]:
     """(cut score, mask of the models beyond it): above the ``quantile`` quantile of ``scores``
     (below the ``1 - quantile`` one when ``low``). Ties at the cut stay on the training side."""
-    if not 0.5 <= quantile < 1.0:
-        raise UsageError(f"frontier quantile must be in [0.5, 1), got {quantile}")
+    try:
+        defaults.cut_quantile(quantile)  # the one definition of a valid cut, shared with the setting
+    except ValueError:
+        raise UsageError(f"frontier quantile must be in [0.5, 1), got {quantile}") from None
     scores = np.asarray(scores, dtype=np.float64)
     if low:
         cut = float(np.quantile(scores, 1.0 - quantile))
