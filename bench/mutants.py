@@ -53,6 +53,7 @@ SERVE = "tests/test_serve_bootstrap.py"
 FRONTIER = "tests/test_frontier.py"
 BEYOND = "tests/test_beyond.py"
 POLICY = "tests/test_refresh_policy.py"
+JOINT_FRONTIER = "tests/test_joint_frontier.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("alias-not-moved", "the MLflow champion alias set once, never moved to a newer champion",
@@ -130,6 +131,25 @@ MUTANTS: tuple[Mutant, ...] = (
              "frontier_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]),",
              "frontier_selfcheck(self.matrix, np.arange(len(self.matrix.models)),"),),
            ("tests/test_refresh_policy.py", "-k", "frontier_selfcheck")),
+    Mutant("joint-selfcheck-sees-held-out-models", "the joint predictor's frontier self-check measured on every "
+                                                   "model, the joint split's held-out models included",
+           (("sparseeval/refresh_policy.py", "joint_frontier_selfcheck(data, fitting, k,",
+             "joint_frontier_selfcheck(data, np.arange(len(data.models)), k,"),),
+           (JOINT_FRONTIER, "-k", "gates")),
+    Mutant("joint-gates-only-the-mean", "the joint predictor's frontier check sees its mean output only",
+           (("sparseeval/refresh_policy.py", 'known_items=set(data.columns), frontier=frontier["outputs"])',
+             'known_items=set(data.columns), frontier={MEAN: frontier["outputs"][MEAN]})'),),
+           (JOINT_FRONTIER, "-k", "gates")),
+    Mutant("joint-selfcheck-cut-on-one-benchmark", "the joint self-check cut on its first benchmark's score, "
+                                                   "not the mean score",
+           (("sparseeval/evaluation.py", "    mean = sub.S.mean(axis=1).astype(np.float64)",
+             "    mean = sub.S[:, 0].astype(np.float64)"),),
+           (JOINT_FRONTIER, "-k", "cuts_on_the_mean")),
+    Mutant("joint-note-never-said", "predict looks up a joint predictor's self-check under its own name, so no "
+                                    "output's note is printed",
+           (("sparseeval/commands/predict.py", '(frontier.get("outputs") or {art.benchmark: frontier})',
+             "{art.benchmark: frontier}"),),
+           (JOINT_FRONTIER, "-k", "gates")),
     Mutant("lift-error-model-inverted", "the lift's error model fitted the wrong way round (score given the "
                                         "prediction instead of the prediction given the score)",
            (("sparseeval/beyond.py", "    b, a = np.polyfit(s_cal, pred_cal, 1)",

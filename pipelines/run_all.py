@@ -59,11 +59,8 @@ def summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float) 
     if errors or (rejected and not fit):
         return f"  {bench:<12} FAILED in {', '.join(errors or rejected) or 'run'} ({seconds:.0f} s)"
     if rejected:
-        frontier = (f"\n  {'':<12} frontier self-check: MAE {fit['frontier_mae']:.2f} points, bias "
-                    f"{fit['frontier_bias']:+.2f}, {100 * fit['frontier_silent_misses']:.1f} % of the stronger models "
-                    f"missed silently" if "frontier_silent_misses" in fit else "")
         return (f"  {bench:<12} REJECTED by its publishing checks ({', '.join(rejected)}) in {seconds:.0f} s: "
-                f"nothing published\n  {'':<12} {fit.get('decision', '')}{frontier}")
+                f"nothing published\n  {'':<12} {fit.get('decision', '')}{_frontier_line(fit)}")
     line = f"  {bench:<12} models {matrix.get('models', 0):>5}  items {matrix.get('items', 0):>5}  "
     if not fit:
         return line + (f"{seconds:5.1f} s\n  {'':<12} skipped: up to date (data version "
@@ -77,6 +74,16 @@ def summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float) 
             + (f"\n  {'':<12} challenger: {rival['decision']}" if rival else ""))
 
 
+def _frontier_line(fit: dict) -> str:
+    """The frontier self-check's figures under a rejection (a joint predictor's: its worst output's)."""
+    if "frontier_silent_misses" not in fit:
+        return ""
+    which = f" ({fit['frontier_worst_output']}, the worst output)" if "frontier_worst_output" in fit else ""
+    return (f"\n  {'':<12} frontier self-check{which}: MAE {fit['frontier_mae']:.2f} points, bias "
+            f"{fit['frontier_bias']:+.2f}, {100 * fit['frontier_silent_misses']:.1f} % of the stronger models "
+            f"missed silently")
+
+
 def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:
     rejected, errors = _failed_steps(result)
     fit, published = _metadata(result, "joint_anchors"), _metadata(result, "joint_champion")
@@ -84,7 +91,7 @@ def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:
         return f"  {'joint':<12} FAILED in {', '.join(errors or rejected) or 'run'} ({seconds:.0f} s)"
     if rejected:
         return (f"  {'joint':<12} REJECTED by its publishing checks ({', '.join(rejected)}) in {seconds:.0f} s: "
-                f"nothing published\n  {'':<12} {fit.get('decision', '')}")
+                f"nothing published\n  {'':<12} {fit.get('decision', '')}{_frontier_line(fit)}")
     if not fit:
         return (f"  {'joint':<12} skipped: up to date, or too few benchmarks (the run's log says which) "
                 f"({seconds:.1f} s)")

@@ -39,6 +39,7 @@ from sparseeval.methods.joint import (
     restrict_models,
 )
 from sparseeval.metrics import score_metrics
+from sparseeval.scoring import fit_joint, joint_artifact_from_fit, output_calibration
 from sparseeval.splits import FRONTIER_QUANTILE, Split, SplitPolicy, frontier_cut, make_split
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ def split_rows(matrix: ResponseMatrix, split: Split) -> tuple[np.ndarray, np.nda
 
 
 def fit_on_split(matrix: ResponseMatrix, split: Split, method: str, k: int, seed: int, *,
-                 device: str = "auto", params: dict[str, Any] | None = None,
+                 device: str = defaults.DEFAULT_DEVICE, params: dict[str, Any] | None = None,
                  rows: tuple[np.ndarray, np.ndarray | None] | None = None) -> AnchorEstimator:
     """Fit ``method`` on the split's training models only; validation models (if the split has any)
     go in as ``Y_val``, otherwise the estimator makes its own choices from training models. ``rows``:
@@ -154,7 +155,7 @@ def score_on_split(matrix: ResponseMatrix, split: Split, est: AnchorEstimator) -
 
 
 def evaluate_method(matrix: ResponseMatrix, split: Split, method: str, k: int, seed: int, *,
-                    config: ProtocolConfig, device: str = "auto",
+                    config: ProtocolConfig, device: str = defaults.DEFAULT_DEVICE,
                     params: dict[str, Any] | None = None,
                     fitted: tuple[AnchorEstimator, float] | None = None,
                     rows: tuple[np.ndarray, np.ndarray | None] | None = None) -> tuple[EvalResult, AnchorEstimator]:
@@ -219,8 +220,9 @@ FRONTIER_METRICS = ("mae", "bias", "coverage", "flagged", "silent_misses")
 
 
 def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: int, seed: int, *,
-                       quantile: float = FRONTIER_QUANTILE, alpha: float = 0.1, val_frac: float = 0.1,
-                       device: str = "auto", params: dict[str, Any] | None = None,
+                       quantile: float = FRONTIER_QUANTILE, alpha: float = defaults.DEFAULT_ALPHA,
+                       val_frac: float = defaults.DEFAULT_VAL_FRAC, device: str = defaults.DEFAULT_DEVICE,
+                       params: dict[str, Any] | None = None,
                        beyond_prior: float = defaults.DEFAULT_BEYOND_PRIOR) -> dict[str, Any]:
     """How ``method`` fares on models stronger than every model it learned from, measured on the
     candidate's *own* fitting models ``rows`` (row indices of ``matrix``): fitted and calibrated on
@@ -248,6 +250,50 @@ def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k:
             "quantile": quantile, "method": r.method, "k": r.k}
 
 
+def joint_frontier_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: int, *,
+                             quantile: float = FRONTIER_QUANTILE, alpha: float = defaults.DEFAULT_ALPHA,
+                             val_frac: float = defaults.DEFAULT_VAL_FRAC, device: str = defaults.DEFAULT_DEVICE,
+                             params: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`frontier_selfcheck` for the joint predictor, per output (each benchmark and the mean).
+
+    The cut is on the fitting models' *mean* score: ``sparseeval-joint`` (``k`` items per benchmark)
+    is fitted and calibrated, as the pipeline fits and calibrates it, on the models ``rows`` at or
+    below its ``quantile`` quantile, and every output is scored on the stronger rest with the product's
+    intervals and flags. Why the mean: a refresh's newcomers are stronger across the board, which is
+    the shift a joint predictor meets; and one fit measures every output, where a cut per output would
+    cost one joint fit each. An output may then miss on models that are not beyond *its* own range (a
+    benchmark the strongest models improved on more than their other scores foretell): exactly the
+    silent miss the publishing check must see.
+
+    Returns ``{output: figures}`` with :func:`frontier_selfcheck`'s figures (all ``measured: False``
+    with a ``note`` when fewer than ``MIN_FRONTIER_MODELS`` models lie above the cut)."""
+    sub = data.take(np.asarray(rows, dtype=np.int64))
+    outputs = [*sub.benchmarks, MEAN]
+    mean = sub.S.mean(axis=1).astype(np.float64)
+    n_beyond = int(frontier_cut(mean, quantile)[1].sum())
+    if n_beyond < MIN_FRONTIER_MODELS:
+        note = (f"only {n_beyond} of {len(sub.models)} fitting models above the {quantile:g} quantile of the mean "
+                f"score: too few to measure (at least {MIN_FRONTIER_MODELS})")
+        return {o: {"measured": False, "n": n_beyond, "quantile": quantile, "note": note} for o in outputs}
+    split = make_split(sub.models, policy="frontier", val_frac=val_frac, seed=seed, scores=mean,
+                       frontier_quantile=quantile)
+    fitting, cal_rows = calibration_split(sub.models, split, SELFCHECK_CALIBRATION, seed)
+    est = fit_joint(sub, fitting, k, seed, device=device, method_params=params)
+    art = joint_artifact_from_fit(sub, Split(fitting.train, fitting.val, cal_rows), est, alpha=alpha, seed=seed)
+    assert est.anchors_ is not None
+    X = sub.Y[split.test][:, est.anchors_]
+    truth = np.concatenate([sub.S[split.test], sub.S[split.test].mean(axis=1, keepdims=True)], axis=1)
+    out = {}
+    for o, name in enumerate(outputs):
+        f = interval_figures(guarded_predictions(est.output(name), output_calibration(art.calibration, name), X),
+                             truth[:, o])
+        out[name] = {"measured": True, "mae": f.mae, "bias": f.bias, "coverage": f.coverage,
+                     "halfwidth": f.halfwidth, "flagged": f.flagged, "silent_misses": f.silent_misses, "n": f.n,
+                     "n_train": len(fitting.train), "quantile": quantile, "cut_on": MEAN, "method": JOINT_METHOD,
+                     "k": k}
+    return out
+
+
 def frontier_metrics(figures: dict[str, Any]) -> dict[str, float]:
     """The self-check's :data:`FRONTIER_METRICS` (none when it measured nothing)."""
     return {name: float(figures[name]) for name in FRONTIER_METRICS} if figures.get("measured") else {}
@@ -263,7 +309,7 @@ def frontier_fields(figures: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_protocol(matrix: ResponseMatrix, methods: Iterable[str], ks: Iterable[int], seeds: Iterable[int], *,
-                 config: ProtocolConfig | None = None, device: str = "auto",
+                 config: ProtocolConfig | None = None, device: str = defaults.DEFAULT_DEVICE,
                  dates: Sequence[Any] | None = None, method_params: dict[str, dict[str, Any]] | None = None,
                  progress: Callable[[EvalResult], None] | None = None,
                  fitted: Mapping[tuple[str, int, int], tuple[AnchorEstimator, float]] | None = None
@@ -321,7 +367,7 @@ def summarize(results: Iterable[EvalResult] | pl.DataFrame) -> pl.DataFrame:
 # Several benchmarks at once: sparseeval-joint next to per-benchmark methods, on the same splits
 # ------------------------------------------------------------------------------------------------
 def evaluate_joint(data: JointData, split: Split, k: int, seed: int, *, config: ProtocolConfig,
-                   device: str = "auto", params: dict[str, Any] | None = None
+                   device: str = defaults.DEFAULT_DEVICE, params: dict[str, Any] | None = None
                    ) -> tuple[list[EvalResult], JointSparseEval]:
     """Fit ``sparseeval-joint`` with ``k`` items *per benchmark* (``k x benchmarks`` in all) on the
     split's training models (validation for early stopping) and score every benchmark and the mean
@@ -352,7 +398,8 @@ def evaluate_joint(data: JointData, split: Split, k: int, seed: int, *, config: 
 
 
 def run_joint_protocol(matrices: Sequence[ResponseMatrix], methods: Iterable[str], ks: Iterable[int],
-                       seeds: Iterable[int], *, config: ProtocolConfig | None = None, device: str = "auto",
+                       seeds: Iterable[int], *, config: ProtocolConfig | None = None,
+                       device: str = defaults.DEFAULT_DEVICE,
                        dates: Sequence[Any] | None = None,
                        method_params: dict[str, dict[str, Any]] | None = None,
                        progress: Callable[[EvalResult], None] | None = None) -> list[EvalResult]:
@@ -399,7 +446,7 @@ def run_joint_protocol(matrices: Sequence[ResponseMatrix], methods: Iterable[str
 
 
 def evaluate_per_benchmark(parts: Sequence[ResponseMatrix], split: Split, method: str, k: int, seed: int, *,
-                           config: ProtocolConfig, device: str = "auto",
+                           config: ProtocolConfig, device: str = defaults.DEFAULT_DEVICE,
                            params: dict[str, Any] | None = None) -> list[EvalResult]:
     """A per-benchmark ``method`` on a joint split: ``parts`` are the benchmarks restricted to the
     joint models (same rows, same order), each fitted with ``k`` of its own anchors; one result per

@@ -87,12 +87,29 @@ def model_card(art: PredictorArtifact, repo: str = "ORG/REPO") -> str:
               f"{c.get('mean_halfwidth_points', float('nan')):.2f} |" for name, c in _accuracy_rows(art)]
     frontier = art.extra.get("frontier")
     if isinstance(frontier, dict) and frontier:
-        lines += ["", "## Frontier", "", "| figure | value |", "|---|---|"]
-        lines += [f"| {k} | {v} |" for k, v in frontier.items()]
+        lines += ["", "## Frontier", "", *_frontier_rows(frontier)]
     lines += ["", "## Licence", "",
               f"Data licence: **{licence}**; this predictor is derived from that data and carries its terms "
               "(see LICENSE)." if licence else "Data licence: not recorded (`sparseeval fit --data-licence`).", ""]
     return "\n".join(lines)
+
+
+def _frontier_rows(frontier: dict[str, Any]) -> list[str]:
+    """The frontier self-check as a table: figure by value, or (a joint predictor's) output by figure."""
+    outputs = frontier.get("outputs")
+    if not isinstance(outputs, dict):
+        return ["| figure | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in frontier.items())]
+    names = ["mae", "bias", "coverage", "flagged", "silent_misses", "n"]
+    rows = [f"| {o} | " + " | ".join([_cell(f[n]) for n in names] if f.get("measured") else
+                                     [str(f.get("note", "not measured")), *[""] * (len(names) - 1)]) + " |"
+            for o, f in outputs.items()]
+    cut = next(iter(outputs.values()), {}).get("quantile")
+    return [f"Refitted on its fitting models at or below the {cut} quantile of their mean score, scored on the "
+            "stronger rest:", "", "| output | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|", *rows]
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def _task(art: PredictorArtifact) -> str:

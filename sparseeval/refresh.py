@@ -35,7 +35,8 @@ PUBLISH_CHECKS: dict[str, str] = {
                                "scored on the strongest 10 %), at most FRONTIER_SILENT_MAX of those stronger models "
                                "fall outside their interval without being flagged (the interval's own miscoverage "
                                "counts in it): a predictor that saturates at the top of its training range says so, "
-                               "or is not published",
+                               "or is not published. A joint predictor's cut is on the mean score, and every output "
+                               "(each benchmark and the mean) must pass",
 }
 
 #: the default bar of ``frontier_misses_flagged`` (the setting's default; the pipeline passes the setting)
@@ -117,8 +118,9 @@ def publishing_checks(*, mae: Mapping[str, float], baseline: Mapping[str, float]
     mean of a joint predictor). ``mean_guess``: the held-out MAE of guessing the training mean. A
     coverage of None (too few held-out models to measure) does not fail the check but says so.
     ``frontier``: per output, the frontier self-check's figures (``silent_misses``, ``mae``, ``bias``,
-    ``coverage``, ``flagged``, ``n``; :func:`sparseeval.evaluation.frontier_selfcheck`); None when it was
-    not run (the joint predictor), which passes with a note saying so."""
+    ``coverage``, ``flagged``, ``n``; :func:`sparseeval.evaluation.frontier_selfcheck`, or for a joint
+    predictor :func:`sparseeval.evaluation.joint_frontier_selfcheck`); None when it was not run, which
+    passes with a note saying so."""
     outputs = list(mae)
     worse = [o for o in outputs if mae[o] > baseline[o]]
     unskilled = [o for o in outputs if not mae[o] <= (1.0 - MIN_SKILL) * mean_guess[o]]

@@ -67,6 +67,7 @@ from sparseeval.champion import (
 )
 from sparseeval.device import cpu_threads, resolve_device
 from sparseeval.evaluation import (
+    FRONTIER_METRICS,
     ProtocolConfig,
     evaluate_joint,
     evaluate_per_benchmark,
@@ -74,6 +75,7 @@ from sparseeval.evaluation import (
     frontier_fields,
     frontier_metrics,
     frontier_selfcheck,
+    joint_frontier_selfcheck,
     results_frame,
     split_for_seed,
 )
@@ -192,7 +194,7 @@ class Proposal:
     items: list[str]
     expected_k: int
     known_items: set[str]
-    #: per output, the frontier self-check's figures (None: not run, as for the joint predictor)
+    #: per output, the frontier self-check's figures (None: not run)
     frontier: dict[str, dict[str, Any]] | None = None
 
 
@@ -422,14 +424,11 @@ class _BenchmarkPhase:
         if self.baseline is None:
             self.baseline = baseline_mae(self.matrix, self.split, self.k, s.seed, device=s.device)
         if self.frontier is None:
-            setup = _selfcheck_setup(s, self.k)
-            self.frontier = _stored_frontier(ctx.store, self.name, setup, len(self.matrix.models))
-            if self.frontier is None:
-                figures = frontier_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]),
-                                             s.method, self.k, s.seed, quantile=s.frontier_quantile,
-                                             alpha=s.alpha, device=s.device)
-                self.frontier = {**figures, "setup": setup, "measured_on": self.version,
-                                 "matrix_models": len(self.matrix.models)}
+            self.frontier = _selfcheck(
+                ctx.store, self.name, _selfcheck_setup(s, s.method, self.k), len(self.matrix.models), self.version,
+                lambda: frontier_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]), s.method,
+                                           self.k, s.seed, quantile=s.frontier_quantile, alpha=s.alpha,
+                                           device=s.device))
         save.baseline, save.frontier = self.baseline, self.frontier
 
     def _proposal(self, proposed: Candidate, challenger: Candidate | None, reason: str) -> Proposal:
@@ -458,7 +457,7 @@ class _BenchmarkPhase:
                 "train_models": len(split.train), "test_models": len(split.test),
                 "reused_fits": [c.origin for c in (proposal.proposed, proposal.challenger) if c and c.reused],
                 **{f"frontier_{name}": round(v, 4) for name, v in frontier_metrics(self.frontier or {}).items()},
-                "frontier_note": (self.frontier or {}).get("note") or (self.frontier or {}).get("reused", "")}
+                "frontier_note": _selfcheck_note(self.frontier or {})}
 
 
 class _Champion(_BenchmarkPhase):
@@ -598,10 +597,30 @@ class _CandidateSaver:
 SELFCHECK_NEW_SHARE = 0.1
 
 
-def _selfcheck_setup(s: FitSettings, k: int) -> dict[str, Any]:
-    """Everything but the data that the frontier self-check's figures depend on."""
-    return {"method": s.method, "k": k, "seed": s.seed, "alpha": s.alpha, "split": s.split_policy,
-            "val_frac": s.val_frac, "test_frac": s.test_frac, "quantile": s.frontier_quantile}
+def _selfcheck_setup(s: FitSettings, method: str, k: int, **more: Any) -> dict[str, Any]:
+    """Everything but the data that the frontier self-check's figures depend on (``k``: the anchor
+    set's, all its items; ``more``: what else, such as a joint predictor's benchmarks)."""
+    return {"method": method, "k": k, "seed": s.seed, "alpha": s.alpha, "split": s.split_policy,
+            "val_frac": s.val_frac, "test_frac": s.test_frac, "quantile": s.frontier_quantile, **more}
+
+
+def _selfcheck(db: Store, name: str, setup: dict[str, Any], n_models: int, version: str,
+               measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The frontier self-check of ``name`` (a benchmark, or the joint predictor) as stored with its
+    anchor sets: the stored one of this ``setup`` while the models grew by less than
+    :data:`SELFCHECK_NEW_SHARE` (:func:`_stored_frontier`), else ``measure()`` now, with what it was
+    measured on (the next refresh's reuse reads it)."""
+    stored = _stored_frontier(db, name, setup, n_models)
+    if stored is not None:
+        return stored
+    return {**measure(), "setup": setup, "measured_on": version, "matrix_models": n_models}
+
+
+def _selfcheck_note(frontier: dict[str, Any]) -> str:
+    """What the refresh says about its self-check beside the figures: why nothing was measured, or
+    when the figures were measured (reused); empty when measured now."""
+    first = next(iter(frontier.get("outputs", {}).values()), frontier)  # a joint predictor's: one note for all
+    return str(first.get("note") or frontier.get("reused", ""))
 
 
 def _stored_frontier(db: Store, benchmark: str, setup: dict[str, Any], n_models: int) -> dict[str, Any] | None:
@@ -728,13 +747,20 @@ class _Joint:
         dates = model_dates(metadata, data.models) if s.split_policy == "date" else None
         self.split = split = make_split(data.models, policy=config.split_policy, val_frac=config.val_frac,
                                         test_frac=config.test_frac, seed=s.seed, dates=dates)
+        fitting = np.concatenate([split.train, split.val])
+        self.frontier = frontier = _selfcheck(
+            db, JOINT_METHOD, _selfcheck_setup(s, JOINT_METHOD, k * len(data.benchmarks), benchmarks=data.benchmarks),
+            len(data.models), self.version,
+            lambda: {"outputs": joint_frontier_selfcheck(data, fitting, k, s.seed, quantile=s.frontier_quantile,
+                                                         alpha=s.alpha, device=s.device)})
         t0 = time.perf_counter()
         joint_results, est = evaluate_joint(data, split, k, s.seed, config=config, device=s.device)
         self.seconds = seconds = time.perf_counter() - t0
         reference = evaluate_per_benchmark(parts, split, s.method, k, s.seed, config=config, device=s.device)
         self.baselines = baselines = joint_baseline_maes(parts, split, k, s.seed, device=s.device)
         artifact = joint_artifact_from_fit(data, split, est, alpha=s.alpha, seed=s.seed, models=metadata,
-                                           settings={b: db.training_settings(b) for b in data.benchmarks})
+                                           settings={b: db.training_settings(b) for b in data.benchmarks},
+                                           frontier=frontier)
         folder, saved = save_version(artifact, ctx.predictor_dir, JOINT_METHOD)
         modes = {name: c.get("mode", "binomial") for name, c in saved.calibration["outputs"].items()}
         self.coverage = coverage = joint_crossfit_coverage(data, split, est, alpha=s.alpha, seed=s.seed, modes=modes)
@@ -749,10 +775,12 @@ class _Joint:
             params={"benchmarks": data.benchmarks, "k_per_benchmark": k, "allocation": self.allocation,
                     "split": s.split_policy, "val_frac": s.val_frac, "test_frac": s.test_frac, "origin": "selected",
                     "fit_seconds": round(seconds, 3), "test_mae": mae, "baseline_mae": baselines,
-                    "coverage": coverage, "reference_method": s.method, "reference_mae": ref_mae},
+                    "coverage": coverage, "reference_method": s.method, "reference_mae": ref_mae,
+                    "frontier": frontier},
             artifact_uri=str(folder.resolve()), predictor_hash=saved.content_hash,
             origin="selected", data_version=self.version, test_mae=mae[MEAN],
-            baseline_mae=baselines[MEAN], coverage=coverage[MEAN])
+            baseline_mae=baselines[MEAN], coverage=coverage[MEAN],
+            **frontier_fields(frontier["outputs"][MEAN]))  # the columns hold the mean's, as test_mae does
         # the joint comparison, under its own names: its test models are the joint split's, not a benchmark's
         frame = results_frame([*joint_results, *reference]).with_columns(
             (pl.lit(f"{JOINT_METHOD}/") + pl.col("benchmark")).alias("benchmark"))
@@ -770,7 +798,7 @@ class _Joint:
                         baseline={o: baselines[o] for o in outputs},
                         mean_guess={o: mean_guess_mae(scores[:, i], split) for i, o in enumerate(outputs)},
                         coverage={o: coverage[o] for o in outputs}, items=keys, expected_k=k * len(data.benchmarks),
-                        known_items=set(data.columns))
+                        known_items=set(data.columns), frontier=frontier["outputs"])
 
     def report(self, ctx: _Context, run: TrackedRun, proposal: Proposal, decision: str) -> dict[str, Any]:
         s, outputs = self.settings, self.outputs
@@ -778,14 +806,28 @@ class _Joint:
                          **{f"{s.method}_mae/{o}": self.ref_mae[o] for o in outputs},
                          **{f"random_linear_mae/{o}": self.baselines[o] for o in outputs},
                          **{f"coverage/{o}": c for o, c in self.coverage.items() if c is not None},
+                         **{f"frontier/{o}/{name}": v for o in outputs
+                            for name, v in frontier_metrics(self.frontier["outputs"][o]).items()},
                          "selection_seconds": self.seconds})
         table = pl.DataFrame({"output": outputs, "joint_mae": [round(self.mae[o], 3) for o in outputs],
                               f"{s.method}_mae": [round(self.ref_mae[o], 3) for o in outputs],
                               "random_linear_mae": [round(self.baselines[o], 3) for o in outputs],
                               "anchors": [self.allocation.get(o, proposal.proposed.estimator.k) for o in outputs],
-                              "coverage": [self.coverage[o] for o in outputs]})
+                              "coverage": [self.coverage[o] for o in outputs],
+                              **{f"frontier_{name}": [frontier_metrics(self.frontier["outputs"][o]).get(name)
+                                                      for o in outputs] for name in FRONTIER_METRICS}})
         return {"benchmarks": self.data.benchmarks, "inputs_behind": self.behind, "k_per_benchmark": self.k,
                 "items": proposal.proposed.estimator.k, "models": len(self.data.models),
                 "train_models": len(self.split.train), "test_models": len(self.split.test),
                 "selection_seconds": round(self.seconds, 2), "test_mae_points": round(self.mae[MEAN], 3),
-                "outputs": table}
+                "outputs": table, "frontier_note": _selfcheck_note(self.frontier), **self._worst_output()}
+
+    def _worst_output(self) -> dict[str, Any]:
+        """The self-check's figures of the output that misses silently most (the one the check fails
+        first), flat as a benchmark's are: what a one-line summary shows."""
+        measured = {o: f for o, f in self.frontier["outputs"].items() if f.get("measured")}
+        if not measured:
+            return {}
+        worst = max(measured, key=lambda o: measured[o]["silent_misses"])
+        return {"frontier_worst_output": worst,
+                **{f"frontier_{name}": round(v, 4) for name, v in frontier_metrics(measured[worst]).items()}}

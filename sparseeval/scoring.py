@@ -355,11 +355,13 @@ def fit_joint(data: JointData, split: Split, k: int, seed: int, *, device: str =
 def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval, *,
                             alpha: float = defaults.DEFAULT_ALPHA, seed: int = defaults.DEFAULT_SEED,
                             models: pl.DataFrame | None = None,
-                            settings: dict[str, dict[str, Any]] | None = None) -> PredictorArtifact:
+                            settings: dict[str, dict[str, Any]] | None = None,
+                            frontier: dict[str, Any] | None = None) -> PredictorArtifact:
     """Calibrate a joint estimator fitted on ``split.train`` (+ ``split.val``) on the held-out
     ``split.test`` models, per output (every benchmark and the mean), and wrap it as an unsaved
     artifact whose benchmark is ``sparseeval-joint``. ``settings``: per benchmark, as for
-    :func:`artifact_from_fit`.
+    :func:`artifact_from_fit`; ``frontier``: the joint frontier self-check, per output under
+    ``outputs`` (:func:`sparseeval.evaluation.joint_frontier_selfcheck`), published with it.
 
     Each benchmark output is lifted at the top of its training range by its own correction
     (:mod:`sparseeval.beyond`); the mean output averages those lifted predictions, so it stays their
@@ -391,6 +393,8 @@ def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval,
                              "adaptive": order | {"target_output": MEAN}}
     if settings:
         extra["settings"] = settings
+    if frontier:
+        extra["frontier"] = frontier
     return PredictorArtifact(estimator=est, benchmark=JOINT_METHOD, item_ids=list(data.columns),
                              anchors=build_anchors(est, JOINT_METHOD, list(data.columns)),
                              calibration=calibration, train_models=train_models,

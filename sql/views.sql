@@ -76,6 +76,23 @@ FROM anchor_sets
 WHERE frontier_mae IS NOT NULL
 ORDER BY benchmark, created_at DESC, anchor_set_id DESC;
 
+-- The joint predictor's frontier self-check output by output (sparseeval.evaluation.joint_frontier_selfcheck:
+-- refitted below the 90th percentile of its fitting models' mean score, scored on the stronger rest), newest
+-- first; frontier_selfcheck above shows its mean output's row. Every output must pass the publishing check.
+CREATE OR REPLACE VIEW joint_frontier_selfcheck AS
+SELECT a.anchor_set_id, a.role, a.created_at, o.output,
+       json_extract(a.params, '$.frontier.outputs."' || o.output || '".mae')::DOUBLE AS frontier_mae,
+       json_extract(a.params, '$.frontier.outputs."' || o.output || '".bias')::DOUBLE AS frontier_bias,
+       json_extract(a.params, '$.frontier.outputs."' || o.output || '".coverage')::DOUBLE AS frontier_coverage,
+       json_extract(a.params, '$.frontier.outputs."' || o.output || '".flagged')::DOUBLE AS frontier_flagged,
+       json_extract(a.params, '$.frontier.outputs."' || o.output || '".silent_misses')::DOUBLE AS frontier_silent,
+       json_extract(a.params, '$.frontier.outputs."' || o.output || '".n')::INTEGER AS frontier_models,
+       json_extract_string(a.params, '$.frontier.outputs."' || o.output || '".note') AS note,
+       json_extract(a.checks, '$.frontier_misses_flagged.passed')::BOOLEAN AS frontier_check_passed
+FROM anchor_sets a, unnest(json_keys(a.params, '$.frontier.outputs')) AS o(output)
+WHERE a.benchmark = 'sparseeval-joint'
+ORDER BY a.created_at DESC, a.anchor_set_id DESC, o.output;
+
 -- Every role change of every anchor set, oldest first (append-only): why a set became what it is.
 CREATE OR REPLACE VIEW role_history AS
 SELECT benchmark, anchor_set_id, old_role, new_role, reason, changed_at

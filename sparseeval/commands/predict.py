@@ -225,10 +225,11 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(preds))
     write_records([prediction_record(p) for p in preds], json_to=args.json, csv_to=args.csv)
     for art in artifacts:  # how far off this predictor was on stronger models, where a model may be one
-        note = selfcheck_note(art.extra.get("frontier"), art.benchmark,
-                              sum(p.beyond > 0 for p in preds if p.benchmark == art.benchmark))
-        if note:
-            print(f"note: {note}", file=sys.stderr)
+        frontier = art.extra.get("frontier") or {}
+        for output, figures in (frontier.get("outputs") or {art.benchmark: frontier}).items():  # joint: per output
+            note = selfcheck_note(figures, output, sum(p.beyond > 0 for p in preds if p.benchmark == output))
+            if note:
+                print(f"note: {note}", file=sys.stderr)
     db = None if args.no_db else args.db or (settings.db_path() if settings.db_path().is_file() else None)
     if db is not None:
         n = record_in_store(db, artifacts, preds)

@@ -1,0 +1,191 @@
+"""The joint predictor on models stronger than every model it learned from (issue 29): its frontier
+self-check, cut on the mean score and measured output by output, gates its publication like a
+benchmark's, and its figures reach the refresh result, DuckDB, MLflow, predictor.json and ``predict``.
+
+Real DuckDB, real MLflow (local store), real fits on synthetic leaderboards with known truth; nothing
+is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from mlflow import MlflowClient
+
+from sparseeval.artifact import load_predictor
+from sparseeval.cli import main as cli_main
+from sparseeval.evaluation import MIN_FRONTIER_MODELS, joint_frontier_selfcheck
+from sparseeval.frontier import direction
+from sparseeval.matrix import build_matrix
+from sparseeval.matrix_store import MatrixStore
+from sparseeval.methods.joint import JOINT_METHOD, MEAN, JointData, joint_data
+from sparseeval.publishing import published_path
+from sparseeval.refresh import frontier_check
+from sparseeval.refresh_policy import FitSettings, refresh_joint
+from sparseeval.scoring import predict
+from sparseeval.splits import frontier_cut, make_split
+from sparseeval.store import Store
+from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.tracking import TrackingConfig, ensure_experiment
+
+pytestmark = pytest.mark.slow
+
+BENCHES = {"arc": 60, "mmlu": 70}
+K = 5
+
+
+@pytest.fixture(scope="module")
+def board():
+    return generate_leaderboard(n_families=30, models_per_family=10, benchmarks=BENCHES, seed=7)
+
+
+@pytest.fixture(scope="module")
+def data(board) -> JointData:
+    responses = board.responses.rename({"correct": "score"}).with_columns(pl.col("score").cast(pl.Float64))
+    return joint_data([build_matrix(responses.filter(pl.col("benchmark") == b),
+                                    board.scores.filter(pl.col("benchmark") == b), b) for b in BENCHES])
+
+
+def test_the_joint_selfcheck_cuts_on_the_mean_score_and_reads_only_its_rows(data: JointData) -> None:
+    """Every output is scored on the same models: the rows' models above the 90th percentile of *their*
+    mean score. Models outside ``rows`` (the candidate's held-out models) cannot change a figure: scramble
+    their answers and scores and the figures stay the same."""
+    split = make_split(data.models, policy="random", val_frac=0.1, test_frac=0.2, seed=0)
+    rows = np.concatenate([split.train, split.val])
+    figures = joint_frontier_selfcheck(data, rows, K, 0, device="cpu")
+    assert list(figures) == [*BENCHES, MEAN]
+    above = int(frontier_cut(data.S[rows].mean(axis=1), 0.9)[1].sum())
+    assert above >= MIN_FRONTIER_MODELS
+    for output, f in figures.items():
+        assert f["measured"] and f["n"] == above and f["cut_on"] == MEAN and f["quantile"] == 0.9, (output, f)
+        assert 0 <= f["silent_misses"] <= 1 - f["coverage"] + 1e-9 and f["mae"] > 0
+    # the held-out models scrambled: answers flipped, scores reversed
+    Y, S = data.Y.copy(), data.S.copy()
+    Y[split.test] = 1.0 - Y[split.test]
+    S[split.test] = 1.0 - S[split.test]
+    scrambled = JointData(data.benchmarks, data.models, data.columns, data.groups, Y, S)
+    assert joint_frontier_selfcheck(scrambled, rows, K, 0, device="cpu") == figures
+
+
+def test_too_few_models_above_the_cut_measure_nothing_and_say_so(data: JointData) -> None:
+    rows = np.arange(60)  # 6 models above the cut
+    figures = joint_frontier_selfcheck(data, rows, K, 0, device="cpu")
+    assert {o: f["measured"] for o, f in figures.items()} == {"arc": False, "mmlu": False, MEAN: False}
+    assert "only 6 of 60 fitting models above the 0.9 quantile of the mean score" in figures[MEAN]["note"]
+    check = frontier_check(figures, 0.15)
+    assert check.passed and "too few to measure" in check.metadata["note"]
+
+
+@pytest.fixture(scope="module")
+def world(board, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("joint_frontier")
+    write_leaderboard(board, root / "src")
+    store = Store(root / "sparseeval.duckdb")
+    store.ingest(root / "src")
+    matrices = {b: MatrixStore.beside(store).update(store, b).matrix for b in BENCHES}
+    return {"root": root, "store": store, "matrices": matrices, "tracking": TrackingConfig(data_dir=root),
+            "board": board}
+
+
+def _refresh(world: dict, silent_max: float):
+    return refresh_joint(world["matrices"], world["store"], world["tracking"], world["root"] / "predictors",
+                         FitSettings(k=K, method="sparseeval-linear", frontier_silent_max=silent_max), publish=True)
+
+
+def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_every_surface(
+        world: dict, data: JointData, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No silent miss allowed: the joint candidate is rejected, the message naming each output's figures,
+    and nothing is published. A bar between the worst output's share and the others' still rejects it,
+    naming that output alone (every output gates, not only the mean). At a bar it meets it is published
+    with the same figures (measured once, reused) in the result, DuckDB, MLflow and predictor.json, and
+    ``predict`` reports them for an output that may lie above the training range."""
+    store, root = world["store"], world["root"]
+    strict = _refresh(world, 0.0)
+    check = {c.name: c for c in strict.checks}["frontier_misses_flagged"]
+    figures = check.metadata["figures"]
+    assert set(figures) == {*BENCHES, MEAN} and all(f["measured"] for f in figures.values())
+    assert not check.passed and store.champion(JOINT_METHOD) is None and not strict.published
+    assert not (root / "predictors" / JOINT_METHOD).exists()
+    # measured on the joint split's fitting models only: its held-out models never enter the self-check
+    config = FitSettings().protocol()
+    split = make_split(data.models, policy=config.split_policy, val_frac=config.val_frac, test_frac=config.test_frac,
+                       seed=0)
+    fitting = np.concatenate([split.train, split.val])
+    assert {f["n"] for f in figures.values()} == {int(frontier_cut(data.S[fitting].mean(axis=1), 0.9)[1].sum())}
+    for output, f in figures.items():
+        assert (f"{output}: {100 * f['silent_misses']:.1f} % of {f['n']} stronger models missed silently (max 0 %)"
+                in check.metadata["message"])
+    # every output gates: a bar only the worst output misses rejects the candidate for that output
+    silent = {o: f["silent_misses"] for o, f in figures.items()}
+    worst = max(silent, key=silent.get)
+    assert worst != MEAN and sorted(silent.values())[-2] < silent[worst], silent  # this board's truth
+    between = (sorted(silent.values())[-2] + silent[worst]) / 2
+    mid = {c.name: c for c in _refresh(world, between).checks}["frontier_misses_flagged"]
+    assert not mid.passed and mid.metadata["silent"] == [worst]
+    assert store.champion(JOINT_METHOD) is None
+
+    lenient = _refresh(world, 0.9)
+    assert lenient.passed and lenient.published
+    assert store.champion(JOINT_METHOD)["anchor_set_id"] == lenient.proposed
+    assert "measured on data version" in lenient.figures["frontier_note"]  # not measured a second time
+    # the asset's metadata: one row per output
+    table = lenient.figures["outputs"].to_dicts()
+    assert {r["output"]: r["frontier_silent_misses"] for r in table} == pytest.approx(silent, abs=1e-4)
+    # DuckDB: output by output in joint_frontier_selfcheck, the mean's in frontier_selfcheck's columns
+    view = store.query("SELECT output, frontier_silent, frontier_models, frontier_check_passed "
+                       "FROM joint_frontier_selfcheck WHERE anchor_set_id = $i", {"i": lenient.proposed}).to_dicts()
+    assert {r["output"]: r["frontier_silent"] for r in view} == pytest.approx(silent, abs=1e-4)
+    assert all(r["frontier_check_passed"] and r["frontier_models"] == figures[MEAN]["n"] for r in view)
+    row = store.query("SELECT frontier_silent FROM frontier_selfcheck WHERE anchor_set_id = $i",
+                      {"i": lenient.proposed}).to_dicts()[0]
+    assert row["frontier_silent"] == pytest.approx(silent[MEAN], abs=1e-4)
+    # MLflow: every output's figures, on each candidate run
+    client = MlflowClient(world["tracking"].resolved_tracking_uri)
+    runs = client.search_runs([ensure_experiment(world["tracking"], client)],
+                              f"tags.`sparseeval.step` = 'candidate' and params.method = '{JOINT_METHOD}'")
+    assert len(runs) == 3
+    for run in runs:
+        assert {o: run.data.metrics[f"frontier/{o}/silent_misses"] for o in silent} == pytest.approx(silent, abs=1e-4)
+    # the published predictor carries them, and predict reports them for an output above the range
+    path = published_path(root / "predictors", JOINT_METHOD)
+    published = load_predictor(path)
+    stored = published.extra["frontier"]["outputs"]
+    assert {o: stored[o]["silent_misses"] for o in silent} == pytest.approx(silent, abs=1e-4)
+    # a model above the arc output's training range: its best training score set just below the prediction
+    # of the board's strongest model (as a newer, stronger model would be predicted)
+    sheet = tmp_path / "answers.csv"
+    top = world["board"].scores.filter(pl.col("benchmark") == "arc").sort("score").row(-1, named=True)["model"]
+    answers = world["board"].responses.filter(pl.col("model") == top).join(
+        pl.DataFrame(published.anchors).select("benchmark", "item_id"), on=["benchmark", "item_id"])
+    answers.write_csv(sheet)
+    arc = {p.benchmark: p for p in predict(published, answers.rename({"correct": "score"}))}["arc"]
+    outputs = published.calibration["outputs"]
+    lowered = {**outputs["arc"], "frontier": {**outputs["arc"]["frontier"], "score_max": arc.predicted - 0.01}}
+    replace(published, calibration={**published.calibration, "outputs": {**outputs, "arc": lowered}}).save(
+        tmp_path / "stronger")
+    capsys.readouterr()
+    assert cli_main(["predict", "--predictor", str(tmp_path / "stronger"), "--answers", str(sheet), "--no-db",
+                     "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    upward = [r["benchmark"] for r in json.loads(out) if direction(tuple(r["ood_reasons"])) > 0]
+    assert "arc" in upward
+    for output in upward:  # one note per output concerned, with that output's figures; none for the others
+        f = stored[output]
+        assert (f"1 {output} prediction(s) may lie above the training range: refitted on the weakest 90 % of its "
+                f"own fitting models (by their mean score over its benchmarks), this predictor's method was off by "
+                f"{f['mae']:.1f} points on average on the strongest 10 % ({f['n']} models; bias "
+                f"{f['bias']:+.1f}") in err
+    assert err.count("note: ") == len(upward)
+    # the model card a Hub upload carries: the self-check output by output
+    assert cli_main(["export", "--predictor", str(path), "--format", "model-card", "--repo", "team/joint",
+                     "--out", str(tmp_path / "README.md")]) == 0
+    card = (tmp_path / "README.md").read_text()
+    assert "at or below the 0.9 quantile of their mean score" in card
+    for output, f in stored.items():
+        assert (f"| {output} | {f['mae']:.3f} | {f['bias']:.3f} | {f['coverage']:.3f} | {f['flagged']:.3f} | "
+                f"{f['silent_misses']:.3f} | {f['n']} |") in card
