@@ -145,6 +145,16 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/evaluation.py", "    mean = sub.S.mean(axis=1).astype(np.float64)",
              "    mean = sub.S[:, 0].astype(np.float64)"),),
            (JOINT_FRONTIER, "-k", "cuts_on_the_mean")),
+    Mutant("joint-mean-flags-not-carried", "predict flags a joint predictor's benchmark outputs on their own "
+                                           "only: a model stronger than every training model on the mean goes "
+                                           "unflagged on a benchmark whose own prediction stays in range",
+           (("sparseeval/scoring.py", "        guarded = carry_overall(guarded, MEAN)\n", "        pass\n"),),
+           (JOINT_FRONTIER, "-k", "gates")),
+    Mutant("next-joint-flags-not-carried", "next plans a joint predictor's benchmark output without its mean's "
+                                           "upward flags (stops early where predict says stronger)",
+           (("sparseeval/commands/next.py",
+             "g = (carry_overall(guarded, MEAN) if artifact.is_joint else guarded)[want]", "g = guarded[want]"),),
+           (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-note-never-said", "predict looks up a joint predictor's self-check under its own name, so no "
                                     "output's note is printed",
            (("sparseeval/commands/predict.py", '(frontier.get("outputs") or {art.benchmark: frontier})',

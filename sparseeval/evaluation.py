@@ -25,7 +25,7 @@ import polars as pl
 
 from sparseeval import calibration as cal
 from sparseeval import settings as defaults
-from sparseeval.frontier import guarded_predictions, interval_figures
+from sparseeval.frontier import carry_overall, guarded_predictions, interval_figures
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods import AnchorEstimator, make_estimator
 from sparseeval.methods.joint import (
@@ -236,7 +236,8 @@ def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k:
     ``measured: False``, ``n`` and a ``note``.
     """
     sub = matrix.take_models(np.asarray(rows, dtype=np.int64))
-    n_beyond = int(frontier_cut(sub.scores, quantile)[1].sum())
+    cut, beyond = frontier_cut(sub.scores, quantile)
+    n_beyond = int(beyond.sum())
     if n_beyond < MIN_FRONTIER_MODELS:
         return {"measured": False, "n": n_beyond, "quantile": quantile,
                 "note": f"only {n_beyond} of {len(sub.models)} fitting models above the {quantile:g} quantile: "
@@ -247,7 +248,7 @@ def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k:
                         params=params)[0]
     return {"measured": True, "mae": r.mae, "bias": r.bias, "coverage": r.coverage, "halfwidth": r.halfwidth,
             "flagged": r.flagged, "silent_misses": r.silent_misses, "n": r.n_test, "n_train": r.n_train,
-            "quantile": quantile, "method": r.method, "k": r.k}
+            "quantile": quantile, "cut_score": cut, "method": r.method, "k": r.k}
 
 
 def joint_frontier_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: int, *,
@@ -270,7 +271,8 @@ def joint_frontier_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: in
     sub = data.take(np.asarray(rows, dtype=np.int64))
     outputs = [*sub.benchmarks, MEAN]
     mean = sub.S.mean(axis=1).astype(np.float64)
-    n_beyond = int(frontier_cut(mean, quantile)[1].sum())
+    cut, beyond = frontier_cut(mean, quantile)
+    n_beyond = int(beyond.sum())
     if n_beyond < MIN_FRONTIER_MODELS:
         note = (f"only {n_beyond} of {len(sub.models)} fitting models above the {quantile:g} quantile of the mean "
                 f"score: too few to measure (at least {MIN_FRONTIER_MODELS})")
@@ -283,13 +285,15 @@ def joint_frontier_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: in
     assert est.anchors_ is not None
     X = sub.Y[split.test][:, est.anchors_]
     truth = np.concatenate([sub.S[split.test], sub.S[split.test].mean(axis=1, keepdims=True)], axis=1)
+    guarded = carry_overall({name: guarded_predictions(est.output(name), output_calibration(art.calibration, name), X)
+                             for name in outputs}, MEAN)  # as predict flags them
     out = {}
     for o, name in enumerate(outputs):
-        f = interval_figures(guarded_predictions(est.output(name), output_calibration(art.calibration, name), X),
-                             truth[:, o])
+        f = interval_figures(guarded[name], truth[:, o])
         out[name] = {"measured": True, "mae": f.mae, "bias": f.bias, "coverage": f.coverage,
                      "halfwidth": f.halfwidth, "flagged": f.flagged, "silent_misses": f.silent_misses, "n": f.n,
-                     "n_train": len(fitting.train), "quantile": quantile, "cut_on": MEAN, "method": JOINT_METHOD,
+                     "n_train": len(fitting.train), "quantile": quantile, "cut_on": MEAN, "cut_score": cut,
+                     "method": JOINT_METHOD,
                      "k": k}
     return out
 

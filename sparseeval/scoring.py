@@ -19,7 +19,7 @@ from sparseeval import settings as defaults
 from sparseeval.adaptive import adaptive_info, is_prefix, order_of
 from sparseeval.artifact import PredictorArtifact, build_anchors, load_predictor
 from sparseeval.errors import UsageError, UserError
-from sparseeval.frontier import Guarded, direction, guarded_predictions
+from sparseeval.frontier import Guarded, carry_overall, direction, guarded_predictions
 from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.methods import make_estimator
 from sparseeval.methods.base import AnchorEstimator
@@ -170,9 +170,12 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
             + (f"; {short.size - 1} other model(s) are also short" if short.size > 1 else ""))
     ood = artifact.calibration["ood"]  # shared by every output of a joint predictor
     imputed, d2 = cal.conditional_impute(X, ood), cal.ood_scores(X, ood)
+    guarded = {name: guarded_predictions(est, calibration, X, imputed=imputed, d2=d2)
+               for name, est, calibration in prediction_outputs(artifact)}
+    if artifact.is_joint:
+        guarded = carry_overall(guarded, MEAN)
     per_output = []
-    for name, est, calibration in prediction_outputs(artifact):
-        g = guarded_predictions(est, calibration, X, imputed=imputed, d2=d2)
+    for name, g in guarded.items():
         train_range = (artifact.train_models.get("score_min"), artifact.train_models.get("score_max"))
         if artifact.is_joint:
             train_range = tuple(artifact.train_models.get("score_range", {}).get(name) or [None, None])

@@ -19,8 +19,18 @@ from mlflow import MlflowClient
 
 from sparseeval.artifact import load_predictor
 from sparseeval.cli import main as cli_main
+from sparseeval.commands.next import plan
 from sparseeval.evaluation import MIN_FRONTIER_MODELS, joint_frontier_selfcheck
-from sparseeval.frontier import direction
+from sparseeval.frontier import (
+    ALL_RIGHT,
+    AT_TOP,
+    ON_THE_MEAN,
+    STRONGER,
+    UNLIKE,
+    Guarded,
+    carry_overall,
+    direction,
+)
 from sparseeval.matrix import build_matrix
 from sparseeval.matrix_store import MatrixStore
 from sparseeval.methods.joint import JOINT_METHOD, MEAN, JointData, joint_data
@@ -59,10 +69,12 @@ def test_the_joint_selfcheck_cuts_on_the_mean_score_and_reads_only_its_rows(data
     rows = np.concatenate([split.train, split.val])
     figures = joint_frontier_selfcheck(data, rows, K, 0, device="cpu")
     assert list(figures) == [*BENCHES, MEAN]
-    above = int(frontier_cut(data.S[rows].mean(axis=1), 0.9)[1].sum())
+    cut, beyond = frontier_cut(data.S[rows].mean(axis=1), 0.9)
+    above = int(beyond.sum())
     assert above >= MIN_FRONTIER_MODELS
     for output, f in figures.items():
         assert f["measured"] and f["n"] == above and f["cut_on"] == MEAN and f["quantile"] == 0.9, (output, f)
+        assert f["cut_score"] == pytest.approx(cut)  # the mean score's cut, not one benchmark's
         assert 0 <= f["silent_misses"] <= 1 - f["coverage"] + 1e-9 and f["mae"] > 0
     # the held-out models scrambled: answers flipped, scores reversed
     Y, S = data.Y.copy(), data.S.copy()
@@ -156,31 +168,41 @@ def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_ever
     published = load_predictor(path)
     stored = published.extra["frontier"]["outputs"]
     assert {o: stored[o]["silent_misses"] for o in silent} == pytest.approx(silent, abs=1e-4)
-    # a model above the arc output's training range: its best training score set just below the prediction
-    # of the board's strongest model (as a newer, stronger model would be predicted)
+    # a model stronger overall than every training model: the mean output's best training score set just
+    # below the board's strongest model's predicted mean (as a newer, stronger model would be predicted)
     sheet = tmp_path / "answers.csv"
-    top = world["board"].scores.filter(pl.col("benchmark") == "arc").sort("score").row(-1, named=True)["model"]
+    top = world["board"].scores.group_by("model").agg(pl.col("score").mean()).sort("score").row(-1)[0]
     answers = world["board"].responses.filter(pl.col("model") == top).join(
         pl.DataFrame(published.anchors).select("benchmark", "item_id"), on=["benchmark", "item_id"])
     answers.write_csv(sheet)
-    arc = {p.benchmark: p for p in predict(published, answers.rename({"correct": "score"}))}["arc"]
+    own = {p.benchmark: p for p in predict(published, answers.rename({"correct": "score"}))}
     outputs = published.calibration["outputs"]
-    lowered = {**outputs["arc"], "frontier": {**outputs["arc"]["frontier"], "score_max": arc.predicted - 0.01}}
-    replace(published, calibration={**published.calibration, "outputs": {**outputs, "arc": lowered}}).save(
-        tmp_path / "stronger")
+    lowered = {**outputs[MEAN], "frontier": {**outputs[MEAN]["frontier"], "score_max": own[MEAN].predicted - 0.01}}
+    stronger = replace(published, calibration={**published.calibration, "outputs": {**outputs, MEAN: lowered}})
+    stronger.save(tmp_path / "stronger")
     capsys.readouterr()
     assert cli_main(["predict", "--predictor", str(tmp_path / "stronger"), "--answers", str(sheet), "--no-db",
                      "--json", "-"]) == 0
     out, err = capsys.readouterr()
-    upward = [r["benchmark"] for r in json.loads(out) if direction(tuple(r["ood_reasons"])) > 0]
-    assert "arc" in upward
-    for output in upward:  # one note per output concerned, with that output's figures; none for the others
+    records = {r["benchmark"]: r for r in json.loads(out)}
+    assert all(direction(tuple(r["ood_reasons"])) > 0 for r in records.values()), records  # every output
+    for bench in BENCHES:  # each benchmark carries the mean's reason, upper side opened, point and lower kept
+        if direction(own[bench].ood_reasons) <= 0:
+            assert records[bench]["ood_reasons"][-1].startswith(STRONGER)
+            assert records[bench]["ood_reasons"][-1].endswith(ON_THE_MEAN)
+            assert records[bench]["upper"] == 1.0
+            assert (records[bench]["predicted"], records[bench]["lower"]) == pytest.approx(
+                (own[bench].predicted, own[bench].lower))
+    for output in records:  # one note per output concerned, with that output's figures
         f = stored[output]
         assert (f"1 {output} prediction(s) may lie above the training range: refitted on the weakest 90 % of its "
                 f"own fitting models (by their mean score over its benchmarks), this predictor's method was off by "
                 f"{f['mae']:.1f} points on average on the strongest 10 % ({f['n']} models; bias "
                 f"{f['bias']:+.1f}") in err
-    assert err.count("note: ") == len(upward)
+    assert err.count("note: ") == len(records)
+    # next flags a benchmark output as predict does (its mean's reason carried)
+    step = plan(stronger, answers.rename({"correct": "score"}), output="arc")[0]
+    assert step.reason == f"all anchors answered; flagged: {records['arc']['ood_reasons'][0]}"
     # the model card a Hub upload carries: the self-check output by output
     assert cli_main(["export", "--predictor", str(path), "--format", "model-card", "--repo", "team/joint",
                      "--out", str(tmp_path / "README.md")]) == 0
@@ -189,3 +211,22 @@ def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_ever
     for output, f in stored.items():
         assert (f"| {output} | {f['mae']:.3f} | {f['bias']:.3f} | {f['coverage']:.3f} | {f['flagged']:.3f} | "
                 f"{f['silent_misses']:.3f} | {f['n']} |") in card
+
+
+def test_the_mean_outputs_upward_reasons_are_carried_to_benchmarks_without_their_own() -> None:
+    """Row 0 stronger on the mean: carried and opened on a benchmark with no reason; row 1 at the top on the
+    mean: carried, not opened (as at the top never opens); row 2 nothing on the mean: nothing carried; a
+    benchmark with its own upward reason keeps it alone; one with another reason gets the mean's beside it."""
+    def guarded(reasons: list[tuple[str, ...]]) -> Guarded:
+        n = len(reasons)
+        return Guarded(np.full(n, 0.5), np.full(n, 0.1), np.full(n, 0.4), np.full(n, 0.6), np.zeros(n), reasons)
+
+    strong, top = f"{STRONGER} (predicted 90.0 > best training score 88.0)", AT_TOP
+    outputs = {"arc": guarded([(), (), ()]), "mmlu": guarded([(ALL_RIGHT,), (UNLIKE,), ()]),
+               MEAN: guarded([(strong,), (top,), ()])}
+    carried = carry_overall(outputs, MEAN)
+    assert carried[MEAN] is outputs[MEAN]
+    assert carried["arc"].reasons == [(f"{strong}, {ON_THE_MEAN}",), (f"{top}, {ON_THE_MEAN}",), ()]
+    assert list(carried["arc"].upper) == [1.0, 0.6, 0.6] and list(carried["arc"].pred) == [0.5] * 3
+    assert carried["mmlu"].reasons == [(ALL_RIGHT,), (UNLIKE, f"{top}, {ON_THE_MEAN}"), ()]
+    assert list(carried["mmlu"].upper) == [1.0, 0.6, 0.6]  # opened by its own "all anchors right"

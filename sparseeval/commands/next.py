@@ -29,7 +29,7 @@ from sparseeval.commands.arguments import add_output_arguments, existing_path, n
 from sparseeval.commands.output import to_stdout, write_records
 from sparseeval.commands.predict import add_predictor_arguments, load_predictors
 from sparseeval.errors import UsageError
-from sparseeval.frontier import guarded_predictions
+from sparseeval.frontier import carry_overall, guarded_predictions
 from sparseeval.methods.joint import MEAN
 from sparseeval.scoring import anchor_matrix, prediction_outputs
 
@@ -66,13 +66,15 @@ def plan(artifact: PredictorArtifact, answers: pl.DataFrame, *, batch: int = 10,
     want = output or (MEAN if artifact.is_joint else artifact.benchmark)
     if want not in outputs:
         raise UsageError(f"no output {want!r} in this predictor (outputs: {', '.join(outputs)})")
-    est, calibration = outputs[want]
     pred = np.full(len(names), np.nan)
     half = np.full(len(names), np.nan)
     why: list[tuple[str, ...]] = [() for _ in names]
     some = np.flatnonzero((~np.isnan(X)).any(axis=1))
     if some.size:
-        g = guarded_predictions(est, calibration, X[some])
+        # a joint predictor's output carries its mean's upward flags, as predict gives them
+        needed = {want, MEAN} if artifact.is_joint else {want}
+        guarded = {name: guarded_predictions(*outputs[name], X[some]) for name in needed}
+        g = (carry_overall(guarded, MEAN) if artifact.is_joint else guarded)[want]
         pred[some], half[some] = g.pred, g.halfwidth
         for j, i in enumerate(some):
             why[i] = g.reasons[j]
