@@ -293,8 +293,7 @@ def joint_frontier_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: in
         out[name] = {"measured": True, "mae": f.mae, "bias": f.bias, "coverage": f.coverage,
                      "halfwidth": f.halfwidth, "flagged": f.flagged, "silent_misses": f.silent_misses, "n": f.n,
                      "n_train": len(fitting.train), "quantile": quantile, "cut_on": MEAN, "cut_score": cut,
-                     "method": JOINT_METHOD,
-                     "k": k}
+                     "method": JOINT_METHOD, "k": k}
     return out
 
 

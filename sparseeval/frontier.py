@@ -128,13 +128,13 @@ def selfcheck_note(figures: dict[str, Any] | None, benchmark: str, n_upward: int
 
     Why: a flag says *that* a number may be off and in which direction; the self-check says *by how much*
     the same method, anchors chosen the same way, was off on stronger models it had not seen, which is the
-    error bar the flagged model's one-sided interval cannot give. A joint predictor's output
-    (``cut_on``: ``mean``) was measured with the cut on the models' mean score over its benchmarks."""
+    error bar the flagged model's one-sided interval cannot give. A joint predictor's output (its
+    figures say ``cut_on``) was measured with the cut on the models' mean score over its benchmarks."""
     if n_upward <= 0 or not figures or not figures.get("measured"):
         return None
     q = float(figures["quantile"])  # every measured self-check records its cut
     bias = float(figures["bias"])
-    by = " (by their mean score over its benchmarks)" if figures.get("cut_on") == "mean" else ""
+    by = " (by their mean score over its benchmarks)" if figures.get("cut_on") else ""
     return (f"{n_upward} {benchmark} prediction(s) may lie above the training range: refitted on the weakest "
             f"{100 * q:.0f} % of its own fitting models{by}, this predictor's method was off by "
             f"{float(figures['mae']):.1f} points on average on the strongest {100 * (1 - q):.0f} % "
