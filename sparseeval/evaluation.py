@@ -39,7 +39,7 @@ from sparseeval.methods.joint import (
     restrict_models,
 )
 from sparseeval.metrics import score_metrics
-from sparseeval.scoring import fit_joint, joint_artifact_from_fit, output_calibration
+from sparseeval.scoring import fit_joint, joint_calibration, output_calibration
 from sparseeval.splits import FRONTIER_QUANTILE, Split, SplitPolicy, frontier_cut, make_split
 
 log = logging.getLogger(__name__)
@@ -281,11 +281,14 @@ def joint_frontier_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: in
                        frontier_quantile=quantile)
     fitting, cal_rows = calibration_split(sub.models, split, SELFCHECK_CALIBRATION, seed)
     est = fit_joint(sub, fitting, k, seed, device=device, method_params=params)
-    art = joint_artifact_from_fit(sub, Split(fitting.train, fitting.val, cal_rows), est, alpha=alpha, seed=seed)
+    # complete and partial answer sheets get the intervals predict gives them (partial ones are calibrated
+    # exactly for their pattern): the per-missing-count tables are not needed
+    calibration = joint_calibration(sub, Split(fitting.train, fitting.val, cal_rows), est, alpha=alpha, seed=seed,
+                                    missing_up_to=0)
     assert est.anchors_ is not None
     X = sub.Y[split.test][:, est.anchors_]
     truth = np.concatenate([sub.S[split.test], sub.S[split.test].mean(axis=1, keepdims=True)], axis=1)
-    guarded = carry_overall({name: guarded_predictions(est.output(name), output_calibration(art.calibration, name), X)
+    guarded = carry_overall({name: guarded_predictions(est.output(name), output_calibration(calibration, name), X)
                              for name in outputs}, MEAN)  # as predict flags them
     out = {}
     for o, name in enumerate(outputs):

@@ -355,6 +355,31 @@ def fit_joint(data: JointData, split: Split, k: int, seed: int, *, device: str =
                    data.S[split.val] if has_val else None)
 
 
+def joint_calibration(data: JointData, split: Split, est: JointSparseEval, *,
+                      alpha: float = defaults.DEFAULT_ALPHA, seed: int = defaults.DEFAULT_SEED,
+                      missing_up_to: int | None = None) -> dict[str, Any]:
+    """The calibration of a joint estimator fitted on ``split.train`` (+ ``split.val``), on the held-out
+    ``split.test`` models, per output (every benchmark and the mean): what its predictions, intervals
+    and flags read (the frontier self-check needs no more; a published artifact adds its anchor order).
+
+    Each benchmark output is lifted at the top of its training range by its own correction
+    (:mod:`sparseeval.beyond`); the mean output averages those lifted predictions, so it stays their
+    mean. ``missing_up_to``: as for :func:`sparseeval.calibration.calibrate`."""
+    assert est.anchors_ is not None
+    S = np.concatenate([data.S, data.S.mean(axis=1, keepdims=True)], axis=1).astype(np.float64)
+    X_cal, X_train = data.Y[split.test][:, est.anchors_], data.Y[split.train][:, est.anchors_]
+    outputs: dict[str, dict[str, Any]] = {}
+    shared: dict[str, Any] = {}
+    cache: dict[bytes, np.ndarray] = {}  # every output hides the same anchors: impute once
+    for o, name in enumerate([*data.benchmarks, MEAN]):
+        lifts = None if name != MEAN else [outputs[b].get("beyond", {}) for b in data.benchmarks]
+        c = cal.calibrate(est.output(name), X_cal, S[split.test, o], X_train, alpha=alpha, seed=seed, cache=cache,
+                          s_train=S[split.train, o], beyond_outputs=lifts, missing_up_to=missing_up_to)
+        shared = {key: c.pop(key) for key in ("alpha", "ood", "cal_answers", "seed", "n_calibration")}
+        outputs[name] = c
+    return shared | {"outputs": outputs, "split_seed": seed}
+
+
 def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval, *,
                             alpha: float = defaults.DEFAULT_ALPHA, seed: int = defaults.DEFAULT_SEED,
                             models: pl.DataFrame | None = None,
@@ -366,23 +391,13 @@ def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval,
     :func:`artifact_from_fit`; ``frontier``: the joint frontier self-check, per output under
     ``outputs`` (:func:`sparseeval.evaluation.joint_frontier_selfcheck`), published with it.
 
-    Each benchmark output is lifted at the top of its training range by its own correction
-    (:mod:`sparseeval.beyond`); the mean output averages those lifted predictions, so it stays their
-    mean."""
+    Calibrated by :func:`joint_calibration`; the artifact adds what the fitting models were and the
+    anchors' order for ``next``."""
     assert est.anchors_ is not None
+    calibration = joint_calibration(data, split, est, alpha=alpha, seed=seed)
     Y = data.Y
     S = np.concatenate([data.S, data.S.mean(axis=1, keepdims=True)], axis=1).astype(np.float64)
-    X_cal, X_train = Y[split.test][:, est.anchors_], Y[split.train][:, est.anchors_]
-    outputs: dict[str, dict[str, Any]] = {}
-    shared: dict[str, Any] = {}
-    cache: dict[bytes, np.ndarray] = {}  # every output hides the same anchors: impute once
-    for o, name in enumerate([*data.benchmarks, MEAN]):
-        lifts = None if name != MEAN else [outputs[b].get("beyond", {}) for b in data.benchmarks]
-        c = cal.calibrate(est.output(name), X_cal, S[split.test, o], X_train, alpha=alpha, seed=seed, cache=cache,
-                          s_train=S[split.train, o], beyond_outputs=lifts)
-        shared = {key: c.pop(key) for key in ("alpha", "ood", "cal_answers", "seed", "n_calibration")}
-        outputs[name] = c
-    calibration = shared | {"outputs": outputs, "split_seed": seed}
+    X_train = Y[split.train][:, est.anchors_]
     fit_rows = np.concatenate([split.train, split.val])
     fit_models = [data.models[i] for i in fit_rows]
     train_models = _train_summary(fit_models, S[fit_rows, -1], models)

@@ -88,8 +88,14 @@ time.sleep(60)
 """
 
 
+#: every child starts with Python's own Ctrl-C handling, as in a terminal, whatever the suite inherited: an
+#: ignored SIGINT survives exec, and a child ignoring it never sees the Ctrl-C these tests send (two of
+#: them timed out once in a suite launched as a background job, where SIGINT starts ignored)
+DEFAULT_CTRL_C = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
 def _start(code: str, *args: object) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=ROOT, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", DEFAULT_CTRL_C + code, *map(str, args)], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return proc
 
