@@ -203,8 +203,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (POLICY, "-k", "gates_publication")),
     Mutant("frontier-quantile-not-passed", "SPARSEEVAL_FRONTIER_QUANTILE read but the self-check cut at 0.9 "
                                            "whatever it says",
-           (("sparseeval/refresh_policy.py", "s.method, self.k, s.seed, quantile=s.frontier_quantile,",
-             "s.method, self.k, s.seed,"),),
+           (("sparseeval/refresh_policy.py", "self.k, s.seed, quantile=s.frontier_quantile, alpha=s.alpha,",
+             "self.k, s.seed, alpha=s.alpha,"),),
            (POLICY, "-k", "gates_publication")),
     Mutant("selfcheck-note-counts-nothing", "predict's note on a flagged stronger model never shown (it counts the "
                                             "models flagged weaker)",
