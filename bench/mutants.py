@@ -157,8 +157,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-note-never-said", "predict looks up a joint predictor's self-check under its own name, so no "
                                     "output's note is printed",
-           (("sparseeval/commands/predict.py", '(frontier.get("outputs") or {art.benchmark: frontier})',
-             "{art.benchmark: frontier}"),),
+           (("sparseeval/frontier.py", '    return frontier.get("outputs") or {name: frontier}',
+             "    return {name: frontier}"),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("lift-error-model-inverted", "the lift's error model fitted the wrong way round (score given the "
                                         "prediction instead of the prediction given the score)",

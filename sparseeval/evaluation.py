@@ -237,11 +237,8 @@ def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k:
     """
     sub = matrix.take_models(np.asarray(rows, dtype=np.int64))
     cut, beyond = frontier_cut(sub.scores, quantile)
-    n_beyond = int(beyond.sum())
-    if n_beyond < MIN_FRONTIER_MODELS:
-        return {"measured": False, "n": n_beyond, "quantile": quantile,
-                "note": f"only {n_beyond} of {len(sub.models)} fitting models above the {quantile:g} quantile: "
-                        f"too few to measure (at least {MIN_FRONTIER_MODELS})"}
+    if (unmeasured := _too_few_beyond(beyond, quantile, "")) is not None:
+        return unmeasured
     config = ProtocolConfig(split_policy="frontier", val_frac=val_frac, frontier_quantile=quantile,
                             calibration_frac=SELFCHECK_CALIBRATION, alpha=alpha, beyond_prior=beyond_prior)
     r = evaluate_method(sub, split_for_seed(sub, seed, config), method, k, seed, config=config, device=device,
@@ -272,11 +269,8 @@ def joint_frontier_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: in
     outputs = [*sub.benchmarks, MEAN]
     mean = sub.S.mean(axis=1).astype(np.float64)
     cut, beyond = frontier_cut(mean, quantile)
-    n_beyond = int(beyond.sum())
-    if n_beyond < MIN_FRONTIER_MODELS:
-        note = (f"only {n_beyond} of {len(sub.models)} fitting models above the {quantile:g} quantile of the mean "
-                f"score: too few to measure (at least {MIN_FRONTIER_MODELS})")
-        return {o: {"measured": False, "n": n_beyond, "quantile": quantile, "note": note} for o in outputs}
+    if (unmeasured := _too_few_beyond(beyond, quantile, " of the mean score")) is not None:
+        return {o: dict(unmeasured) for o in outputs}
     split = make_split(sub.models, policy="frontier", val_frac=val_frac, seed=seed, scores=mean,
                        frontier_quantile=quantile)
     fitting, cal_rows = calibration_split(sub.models, split, SELFCHECK_CALIBRATION, seed)
@@ -293,11 +287,20 @@ def joint_frontier_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: in
     out = {}
     for o, name in enumerate(outputs):
         f = interval_figures(guarded[name], truth[:, o])
-        out[name] = {"measured": True, "mae": f.mae, "bias": f.bias, "coverage": f.coverage,
-                     "halfwidth": f.halfwidth, "flagged": f.flagged, "silent_misses": f.silent_misses, "n": f.n,
-                     "n_train": len(fitting.train), "quantile": quantile, "cut_on": MEAN, "cut_score": cut,
-                     "method": JOINT_METHOD, "k": k}
+        out[name] = {"measured": True, **f.as_dict(), "n_train": len(fitting.train), "quantile": quantile,
+                     "cut_on": MEAN, "cut_score": cut, "method": JOINT_METHOD, "k": k}
     return out
+
+
+def _too_few_beyond(beyond: np.ndarray, quantile: float, of: str) -> dict[str, Any] | None:
+    """A self-check's figures when fewer than ``MIN_FRONTIER_MODELS`` of its fitting models lie beyond
+    the cut (``beyond``: their mask; ``of``: what the cut is on, for the note); None when enough do."""
+    n_beyond = int(beyond.sum())
+    if n_beyond >= MIN_FRONTIER_MODELS:
+        return None
+    return {"measured": False, "n": n_beyond, "quantile": quantile,
+            "note": f"only {n_beyond} of {beyond.size} fitting models above the {quantile:g} quantile{of}: "
+                    f"too few to measure (at least {MIN_FRONTIER_MODELS})"}
 
 
 def frontier_metrics(figures: dict[str, Any]) -> dict[str, float]:

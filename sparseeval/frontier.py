@@ -142,6 +142,14 @@ def selfcheck_note(figures: dict[str, Any] | None, benchmark: str, n_upward: int
             f"{100 * float(figures['silent_misses']):.0f} % of them fell outside their interval unflagged")
 
 
+def selfcheck_outputs(frontier: dict[str, Any] | None, name: str) -> dict[str, dict[str, Any]]:
+    """A stored frontier self-check per output: a joint predictor's as stored (``outputs``), a
+    benchmark's flat figures under its own ``name``; empty when there is none."""
+    if not frontier:
+        return {}
+    return frontier.get("outputs") or {name: frontier}
+
+
 def direction(why: tuple[str, ...]) -> int:
     """+1 when a reason says the model may be stronger than the training range, -1 weaker, 0 neither."""
     if any(r.startswith(UPWARD) for r in why):
@@ -215,7 +223,7 @@ def carry_overall(outputs: dict[str, Guarded], overall: str) -> dict[str, Guarde
         if name == overall:
             out[name] = g
             continue
-        why = [own if not carried or any(r.startswith(UPWARD) for r in own)
+        why = [own if not carried or direction(own) > 0
                else own + tuple(f"{r}, {ON_THE_MEAN}" for r in carried)
                for own, carried in zip(g.reasons, up, strict=True)]
         out[name] = replace(g, upper=open_upward(g.upper, why), reasons=why)

@@ -79,6 +79,7 @@ from sparseeval.evaluation import (
     results_frame,
     split_for_seed,
 )
+from sparseeval.frontier import selfcheck_outputs
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods.base import AnchorEstimator
 from sparseeval.methods.joint import JOINT_METHOD, JOINT_SEP, MEAN, common_models, joint_data, restrict_models
@@ -456,7 +457,7 @@ class _BenchmarkPhase:
                 "anchors": proposed.items, "selection_seconds": round(proposed.fit_seconds, 2),
                 "train_models": len(split.train), "test_models": len(split.test),
                 "reused_fits": [c.origin for c in (proposal.proposed, proposal.challenger) if c and c.reused],
-                **{f"frontier_{name}": round(v, 4) for name, v in frontier_metrics(self.frontier or {}).items()},
+                **_frontier_metadata(self.frontier or {}),
                 "frontier_note": _selfcheck_note(self.frontier or {})}
 
 
@@ -619,8 +620,13 @@ def _selfcheck(db: Store, name: str, setup: dict[str, Any], n_models: int, versi
 def _selfcheck_note(frontier: dict[str, Any]) -> str:
     """What the refresh says about its self-check beside the figures: why nothing was measured, or
     when the figures were measured (reused); empty when measured now."""
-    first = next(iter(frontier.get("outputs", {}).values()), frontier)  # a joint predictor's: one note for all
+    first = next(iter(selfcheck_outputs(frontier, "").values()), {})  # a joint predictor's: one note for all
     return str(first.get("note") or frontier.get("reused", ""))
+
+
+def _frontier_metadata(figures: dict[str, Any]) -> dict[str, float]:
+    """A self-check's figures as the fit asset's flat ``frontier_*`` metadata (what ``make run`` prints)."""
+    return {f"frontier_{name}": round(v, 4) for name, v in frontier_metrics(figures).items()}
 
 
 def _stored_frontier(db: Store, benchmark: str, setup: dict[str, Any], n_models: int) -> dict[str, Any] | None:
@@ -829,5 +835,4 @@ class _Joint:
         if not measured:
             return {}
         worst = max(measured, key=lambda o: measured[o]["silent_misses"])
-        return {"frontier_worst_output": worst,
-                **{f"frontier_{name}": round(v, 4) for name, v in frontier_metrics(measured[worst]).items()}}
+        return {"frontier_worst_output": worst, **_frontier_metadata(measured[worst])}
