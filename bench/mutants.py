@@ -137,19 +137,38 @@ MUTANTS: tuple[Mutant, ...] = (
              "joint_frontier_selfcheck(data, np.arange(len(data.models)), k,"),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-gates-only-the-mean", "the joint predictor's frontier check sees its mean output only",
-           (("sparseeval/refresh_policy.py", 'known_items=set(data.columns), frontier=frontier["outputs"])',
+           (("sparseeval/refresh_policy.py", 'known_items=set(data.columns), frontier=gated_figures(frontier))',
              'known_items=set(data.columns), frontier={MEAN: frontier["outputs"][MEAN]})'),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-selfcheck-cut-on-one-benchmark", "the joint self-check cut on its first benchmark's score, "
                                                    "not the mean score",
-           (("sparseeval/evaluation.py", "    mean = sub.S.mean(axis=1).astype(np.float64)",
-             "    mean = sub.S[:, 0].astype(np.float64)"),),
+           (("sparseeval/evaluation.py", "_joint_beyond_cut(sub, sub.S.mean(axis=1), MEAN,",
+             "_joint_beyond_cut(sub, sub.S[:, 0], MEAN,"),),
            (JOINT_FRONTIER, "-k", "cuts_on_the_mean")),
+    Mutant("joint-own-cut-on-the-mean", "the joint self-check's own-score cut made on the mean score again "
+                                        "(a newcomer stronger on one benchmark only is never above it)",
+           (("sparseeval/evaluation.py", "_joint_beyond_cut(sub, sub.S[:, j], b, [b],",
+             "_joint_beyond_cut(sub, sub.S.mean(axis=1), b, [b],"),),
+           (JOINT_FRONTIER, "-k", "own_cut")),
+    Mutant("joint-own-cut-not-gated", "the joint predictor's own-score cuts measured and stored but not gated",
+           (("sparseeval/frontier.py",
+             "**{own_cut_label(b): f for b, f in own_cut_outputs(frontier).items()}}", "}"),),
+           (JOINT_FRONTIER, "-k", "gates")),
+    Mutant("joint-own-cut-sees-held-out-models", "the joint predictor's own-score cuts measured on every model, the "
+                                                 "joint split's held-out models included",
+           (("sparseeval/refresh_policy.py", "joint_own_cut_selfcheck(data, fitting, k,",
+             "joint_own_cut_selfcheck(data, np.arange(len(data.models)), k,"),),
+           (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-mean-flags-not-carried", "predict flags a joint predictor's benchmark outputs on their own "
                                            "only: a model stronger than every training model on the mean goes "
                                            "unflagged on a benchmark whose own prediction stays in range",
            (("sparseeval/scoring.py", "        guarded = carry_overall(guarded, MEAN)\n", "        pass\n"),),
            (JOINT_FRONTIER, "-k", "gates")),
+    Mutant("joint-top-keeps-closed-side", "a benchmark output at the top of its own range keeps its conformal "
+                                          "upper side where the mean says stronger than every training model",
+           (("sparseeval/frontier.py", "        why = [own if opens_upward(own) else own",
+             "        why = [own if direction(own) > 0 else own"),),
+           (JOINT_FRONTIER, "-k", "carried")),
     Mutant("next-joint-flags-not-carried", "next plans a joint predictor's benchmark output without its mean's "
                                            "upward flags (stops early where predict says stronger)",
            (("sparseeval/commands/next.py",

@@ -78,7 +78,7 @@ def _frontier_line(fit: dict) -> str:
     """The frontier self-check's figures under a rejection (a joint predictor's: its worst output's)."""
     if "frontier_silent_misses" not in fit:
         return ""
-    which = f" ({fit['frontier_worst_output']}, the worst output)" if "frontier_worst_output" in fit else ""
+    which = f" (worst: {fit['frontier_worst_output']})" if "frontier_worst_output" in fit else ""
     return (f"\n  {'':<12} frontier self-check{which}: MAE {fit['frontier_mae']:.2f} points, bias "
             f"{fit['frontier_bias']:+.2f}, {100 * fit['frontier_silent_misses']:.1f} % of the stronger models "
             f"missed silently")

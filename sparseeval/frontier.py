@@ -32,6 +32,7 @@ import numpy as np
 
 from sparseeval import calibration as cal
 from sparseeval.methods.base import AnchorEstimator
+from sparseeval.methods.joint import MEAN
 
 STRONGER = "stronger than every training model"
 WEAKER = "weaker than every training model"
@@ -53,6 +54,8 @@ DOWNWARD = (WEAKER, ALL_WRONG)
 OPEN_UPWARD = (STRONGER, ALL_RIGHT)
 #: how a joint predictor's benchmark output says a reason is its mean output's (:func:`carry_overall`)
 ON_THE_MEAN = "judged on the mean of its benchmarks"
+#: where a joint predictor's self-check keeps each benchmark output's figures with the cut on its own score
+OWN_CUT = "own_cut"
 
 
 def _pct(x: float) -> str:
@@ -128,13 +131,15 @@ def selfcheck_note(figures: dict[str, Any] | None, benchmark: str, n_upward: int
 
     Why: a flag says *that* a number may be off and in which direction; the self-check says *by how much*
     the same method, anchors chosen the same way, was off on stronger models it had not seen, which is the
-    error bar the flagged model's one-sided interval cannot give. A joint predictor's output (its
-    figures say ``cut_on``) was measured with the cut on the models' mean score over its benchmarks."""
+    error bar the flagged model's one-sided interval cannot give. A joint predictor's figures say what
+    the cut was on (``cut_on``): the models' mean score over its benchmarks, or the output's own score."""
     if n_upward <= 0 or not figures or not figures.get("measured"):
         return None
     q = float(figures["quantile"])  # every measured self-check records its cut
     bias = float(figures["bias"])
-    by = " (by their mean score over its benchmarks)" if figures.get("cut_on") else ""
+    cut_on = figures.get("cut_on")
+    by = "" if not cut_on else (" (by their mean score over its benchmarks)" if cut_on == MEAN else
+                                f" (by their {cut_on} score)")
     return (f"{n_upward} {benchmark} prediction(s) may lie above the training range: refitted on the weakest "
             f"{100 * q:.0f} % of its own fitting models{by}, this predictor's method was off by "
             f"{float(figures['mae']):.1f} points on average on the strongest {100 * (1 - q):.0f} % "
@@ -143,11 +148,29 @@ def selfcheck_note(figures: dict[str, Any] | None, benchmark: str, n_upward: int
 
 
 def selfcheck_outputs(frontier: dict[str, Any] | None, name: str) -> dict[str, dict[str, Any]]:
-    """A stored frontier self-check per output: a joint predictor's as stored (``outputs``), a
-    benchmark's flat figures under its own ``name``; empty when there is none."""
+    """A stored frontier self-check per output: a joint predictor's as stored (``outputs``, the cut on
+    the mean score), a benchmark's flat figures under its own ``name``; empty when there is none."""
     if not frontier:
         return {}
     return frontier.get("outputs") or {name: frontier}
+
+
+def own_cut_outputs(frontier: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """A joint predictor's stored self-check per benchmark output with the cut on that benchmark's own
+    score (:data:`OWN_CUT`); empty for a benchmark's predictor or one measured before it existed."""
+    return dict((frontier or {}).get(OWN_CUT) or {})
+
+
+def own_cut_label(benchmark: str) -> str:
+    """How the publishing check and the refresh name a joint benchmark output's own-score cut."""
+    return f"{benchmark}, cut on its own score"
+
+
+def gated_figures(frontier: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every set of a joint predictor's self-check figures its publishing check gates on, by label: each
+    output's with the cut on the mean score (under the output's name), then each benchmark output's with
+    the cut on its own score (:func:`own_cut_label`)."""
+    return {**frontier["outputs"], **{own_cut_label(b): f for b, f in own_cut_outputs(frontier).items()}}
 
 
 def direction(why: tuple[str, ...]) -> int:
@@ -201,14 +224,15 @@ def open_upward(upper: np.ndarray, why: list[tuple[str, ...]]) -> np.ndarray:
     strongest decile it missed 81-85 % of such models on mmlu and truthfulqa): the honest interval is
     one-sided, which is what ``predict`` then prints and ``compare`` already assumes
     (:func:`sparseeval.scoring.open_for_extrapolation`)."""
-    opened = np.array([any(r.startswith(OPEN_UPWARD) for r in rs) for rs in why], dtype=bool)
+    opened = np.array([opens_upward(rs) for rs in why], dtype=bool)
     return np.where(opened, 1.0, np.asarray(upper, dtype=np.float64))
 
 
 def carry_overall(outputs: dict[str, Guarded], overall: str) -> dict[str, Guarded]:
     """A joint predictor's guarded outputs with the ``overall`` (mean) output's upward reasons carried to
-    every benchmark output that has none of its own (each such reason ending ", judged on the mean of
-    its benchmarks"), and the upper sides opened where those reasons open them (:func:`open_upward`).
+    every benchmark output whose own reasons do not already open its upper side (each carried reason
+    ending ", judged on the mean of its benchmarks"; a kind the output states itself is not repeated),
+    and the upper sides opened where those reasons open them (:func:`open_upward`).
 
     Why: a model stronger than every training model *on the mean* is an extrapolation on each of its
     benchmarks too, but a benchmark output on its own may not see it: the anchors predict that
@@ -216,18 +240,32 @@ def carry_overall(outputs: dict[str, Guarded], overall: str) -> dict[str, Guarde
     strongest models improved on one benchmark more than their others foretell (truthfulqa on the
     shared data; the synthetic leaderboard's), its prediction stays inside the training range, low,
     and unflagged. On the joint frontier self-check of the synthetic leaderboard, the truthfulqa output
-    flagged none of the 48 stronger models and missed 31 % silently (docs/results/frontier.md, round 6)."""
+    flagged none of the 48 stronger models and missed 31 % silently (docs/results/frontier.md, round 6).
+    An output that says only "at the top of the training range" has seen the same thing less surely,
+    and keeping its conformal upper side there left truthfulqa's coverage at .644 on the shared data's
+    joint self-check, .868 with the mean's reason carried (round 7); in distribution no reason changed."""
     up = [tuple(r for r in why if r.startswith(UPWARD)) for why in outputs[overall].reasons]
     out = {}
     for name, g in outputs.items():
         if name == overall:
             out[name] = g
             continue
-        why = [own if not carried or direction(own) > 0
-               else own + tuple(f"{r}, {ON_THE_MEAN}" for r in carried)
+        why = [own if opens_upward(own) else own + tuple(f"{r}, {ON_THE_MEAN}" for r in carried
+                                                         if not _states(own, r))
                for own, carried in zip(g.reasons, up, strict=True)]
         out[name] = replace(g, upper=open_upward(g.upper, why), reasons=why)
     return out
+
+
+def opens_upward(why: tuple[str, ...]) -> bool:
+    """Whether a model's reasons leave its interval without an upper side (:data:`OPEN_UPWARD`)."""
+    return any(r.startswith(OPEN_UPWARD) for r in why)
+
+
+def _states(why: tuple[str, ...], reason: str) -> bool:
+    """Whether ``why`` already holds a reason of ``reason``'s kind (the same leading phrase)."""
+    kind = next((k for k in UPWARD if reason.startswith(k)), reason)
+    return any(r.startswith(kind) for r in why)
 
 
 @dataclass(frozen=True)

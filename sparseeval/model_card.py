@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from sparseeval.artifact import PredictorArtifact
+from sparseeval.frontier import own_cut_outputs
 from sparseeval.methods.joint import MEAN
 
 #: a data licence as the Hub's model-card ``license`` field names it
@@ -95,17 +96,26 @@ def model_card(art: PredictorArtifact, repo: str = "ORG/REPO") -> str:
 
 
 def _frontier_rows(frontier: dict[str, Any]) -> list[str]:
-    """The frontier self-check as a table: figure by value, or (a joint predictor's) output by figure."""
+    """The frontier self-check as a table: figure by value, or (a joint predictor's) output by figure,
+    one table per cut (the mean score's, then each benchmark output's own score's)."""
     outputs = frontier.get("outputs")
     if not isinstance(outputs, dict):
         return ["| figure | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in frontier.items())]
+    cut = next(iter(outputs.values()), {}).get("quantile")
+    rows = [f"Refitted on its fitting models at or below the {cut} quantile of their mean score, scored on the "
+            "stronger rest:", "", *_figure_table(outputs)]
+    if own := own_cut_outputs(frontier):
+        rows += ["", f"Each benchmark output refitted on the fitting models at or below the {cut} quantile of that "
+                     "benchmark's own score, scored on the stronger rest:", "", *_figure_table(own)]
+    return rows
+
+
+def _figure_table(figures: dict[str, dict[str, Any]]) -> list[str]:
     names = ["mae", "bias", "coverage", "flagged", "silent_misses", "n"]
     rows = [f"| {o} | " + " | ".join([_cell(f[n]) for n in names] if f.get("measured") else
                                      [str(f.get("note", "not measured")), *[""] * (len(names) - 1)]) + " |"
-            for o, f in outputs.items()]
-    cut = next(iter(outputs.values()), {}).get("quantile")
-    return [f"Refitted on its fitting models at or below the {cut} quantile of their mean score, scored on the "
-            "stronger rest:", "", "| output | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|", *rows]
+            for o, f in figures.items()]
+    return ["| output | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|", *rows]
 
 
 def _cell(value: Any) -> str:

@@ -35,8 +35,9 @@ PUBLISH_CHECKS: dict[str, str] = {
                                "scored on the strongest 10 %), at most FRONTIER_SILENT_MAX of those stronger models "
                                "fall outside their interval without being flagged (the interval's own miscoverage "
                                "counts in it): a predictor that saturates at the top of its training range says so, "
-                               "or is not published. A joint predictor's cut is on the mean score, and every output "
-                               "(each benchmark and the mean) must pass",
+                               "or is not published. A joint predictor is cut twice: on the mean "
+                               "score, where every output (each benchmark and the mean) must pass, and on each "
+                               "benchmark's own score, where that benchmark's output must pass",
 }
 
 #: the default bar of ``frontier_misses_flagged`` (the setting's default; the pipeline passes the setting)

@@ -76,10 +76,11 @@ from sparseeval.evaluation import (
     frontier_metrics,
     frontier_selfcheck,
     joint_frontier_selfcheck,
+    joint_own_cut_selfcheck,
     results_frame,
     split_for_seed,
 )
-from sparseeval.frontier import selfcheck_outputs
+from sparseeval.frontier import OWN_CUT, gated_figures, own_cut_outputs, selfcheck_outputs
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods.base import AnchorEstimator
 from sparseeval.methods.joint import JOINT_METHOD, JOINT_SEP, MEAN, common_models, joint_data, restrict_models
@@ -754,11 +755,13 @@ class _Joint:
         self.split = split = make_split(data.models, policy=config.split_policy, val_frac=config.val_frac,
                                         test_frac=config.test_frac, seed=s.seed, dates=dates)
         fitting = np.concatenate([split.train, split.val])
+        cut = {"quantile": s.frontier_quantile, "alpha": s.alpha, "device": s.device}
         self.frontier = frontier = _selfcheck(
-            db, JOINT_METHOD, _selfcheck_setup(s, JOINT_METHOD, k * len(data.benchmarks), benchmarks=data.benchmarks),
+            db, JOINT_METHOD, _selfcheck_setup(s, JOINT_METHOD, k * len(data.benchmarks), benchmarks=data.benchmarks,
+                                               cuts=[MEAN, OWN_CUT]),
             len(data.models), self.version,
-            lambda: {"outputs": joint_frontier_selfcheck(data, fitting, k, s.seed, quantile=s.frontier_quantile,
-                                                         alpha=s.alpha, device=s.device)})
+            lambda: {"outputs": joint_frontier_selfcheck(data, fitting, k, s.seed, **cut),
+                     OWN_CUT: joint_own_cut_selfcheck(data, fitting, k, s.seed, **cut)})
         t0 = time.perf_counter()
         joint_results, est = evaluate_joint(data, split, k, s.seed, config=config, device=s.device)
         self.seconds = seconds = time.perf_counter() - t0
@@ -804,16 +807,18 @@ class _Joint:
                         baseline={o: baselines[o] for o in outputs},
                         mean_guess={o: mean_guess_mae(scores[:, i], split) for i, o in enumerate(outputs)},
                         coverage={o: coverage[o] for o in outputs}, items=keys, expected_k=k * len(data.benchmarks),
-                        known_items=set(data.columns), frontier=frontier["outputs"])
+                        known_items=set(data.columns), frontier=gated_figures(frontier))
 
     def report(self, ctx: _Context, run: TrackedRun, proposal: Proposal, decision: str) -> dict[str, Any]:
-        s, outputs = self.settings, self.outputs
+        s, outputs, own = self.settings, self.outputs, own_cut_outputs(self.frontier)
         run.log_metrics({**{f"test_mae/{o}": self.mae[o] for o in outputs},
                          **{f"{s.method}_mae/{o}": self.ref_mae[o] for o in outputs},
                          **{f"random_linear_mae/{o}": self.baselines[o] for o in outputs},
                          **{f"coverage/{o}": c for o, c in self.coverage.items() if c is not None},
                          **{f"frontier/{o}/{name}": v for o in outputs
                             for name, v in frontier_metrics(self.frontier["outputs"][o]).items()},
+                         **{f"frontier_{OWN_CUT}/{b}/{name}": v for b, f in own.items()
+                            for name, v in frontier_metrics(f).items()},
                          "selection_seconds": self.seconds})
         table = pl.DataFrame({"output": outputs, "joint_mae": [round(self.mae[o], 3) for o in outputs],
                               f"{s.method}_mae": [round(self.ref_mae[o], 3) for o in outputs],
@@ -821,7 +826,9 @@ class _Joint:
                               "anchors": [self.allocation.get(o, proposal.proposed.estimator.k) for o in outputs],
                               "coverage": [self.coverage[o] for o in outputs],
                               **{f"frontier_{name}": [frontier_metrics(self.frontier["outputs"][o]).get(name)
-                                                      for o in outputs] for name in FRONTIER_METRICS}})
+                                                      for o in outputs] for name in FRONTIER_METRICS},
+                              **{f"frontier_{OWN_CUT}_{name}": [frontier_metrics(own.get(o, {})).get(name)
+                                                               for o in outputs] for name in FRONTIER_METRICS}})
         return {"benchmarks": self.data.benchmarks, "inputs_behind": self.behind, "k_per_benchmark": self.k,
                 "items": proposal.proposed.estimator.k, "models": len(self.data.models),
                 "train_models": len(self.split.train), "test_models": len(self.split.test),
@@ -829,9 +836,9 @@ class _Joint:
                 "outputs": table, "frontier_note": _selfcheck_note(self.frontier), **self._worst_output()}
 
     def _worst_output(self) -> dict[str, Any]:
-        """The self-check's figures of the output that misses silently most (the one the check fails
-        first), flat as a benchmark's are: what a one-line summary shows."""
-        measured = {o: f for o, f in self.frontier["outputs"].items() if f.get("measured")}
+        """The self-check's figures of the output (and cut) that misses silently most (the one the check
+        fails first), flat as a benchmark's are: what a one-line summary shows."""
+        measured = {o: f for o, f in gated_figures(self.frontier).items() if f.get("measured")}
         if not measured:
             return {}
         worst = max(measured, key=lambda o: measured[o]["silent_misses"])

@@ -148,7 +148,8 @@ ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS checks VARCHAR;
 -- model it learned from): MAE and bias (points), interval coverage, share flagged, share outside the
 -- interval and not flagged (the silent misses the publishing check bounds), and how many models
 -- (the joint predictor's: its mean output's, with the cut on the mean score; every output's figures are in
--- params' frontier.outputs, view joint_frontier_selfcheck)
+-- params' frontier.outputs, each benchmark output's with the cut on its own score in frontier.own_cut, view
+-- joint_frontier_selfcheck)
 ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS frontier_mae DOUBLE;
 ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS frontier_bias DOUBLE;
 ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS frontier_coverage DOUBLE;

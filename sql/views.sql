@@ -76,22 +76,34 @@ FROM anchor_sets
 WHERE frontier_mae IS NOT NULL
 ORDER BY benchmark, created_at DESC, anchor_set_id DESC;
 
--- The joint predictor's frontier self-check output by output (sparseeval.evaluation.joint_frontier_selfcheck:
--- refitted below the 90th percentile of its fitting models' mean score, scored on the stronger rest), newest
--- first; frontier_selfcheck above shows its mean output's row. Every output must pass the publishing check.
+-- The joint predictor's frontier self-check output by output and cut by cut (cut_on): 'mean', refitted below
+-- the 90th percentile of its fitting models' mean score and scored on the stronger rest, every output
+-- (sparseeval.evaluation.joint_frontier_selfcheck); a benchmark's name, refitted below that benchmark's own
+-- 90th percentile, that output only (joint_own_cut_selfcheck). Newest first; frontier_selfcheck above shows
+-- the mean output's 'mean' row. Every row must pass the publishing check.
 CREATE OR REPLACE VIEW joint_frontier_selfcheck AS
-SELECT a.anchor_set_id, a.role, a.created_at, o.output,
-       json_extract(a.params, '$.frontier.outputs."' || o.output || '".mae')::DOUBLE AS frontier_mae,
-       json_extract(a.params, '$.frontier.outputs."' || o.output || '".bias')::DOUBLE AS frontier_bias,
-       json_extract(a.params, '$.frontier.outputs."' || o.output || '".coverage')::DOUBLE AS frontier_coverage,
-       json_extract(a.params, '$.frontier.outputs."' || o.output || '".flagged')::DOUBLE AS frontier_flagged,
-       json_extract(a.params, '$.frontier.outputs."' || o.output || '".silent_misses')::DOUBLE AS frontier_silent,
-       json_extract(a.params, '$.frontier.outputs."' || o.output || '".n')::INTEGER AS frontier_models,
-       json_extract_string(a.params, '$.frontier.outputs."' || o.output || '".note') AS note,
-       json_extract(a.checks, '$.frontier_misses_flagged.passed')::BOOLEAN AS frontier_check_passed
-FROM anchor_sets a, unnest(json_keys(a.params, '$.frontier.outputs')) AS o(output)
-WHERE a.benchmark = 'sparseeval-joint'
-ORDER BY a.created_at DESC, a.anchor_set_id DESC, o.output;
+WITH cuts AS (
+    SELECT a.anchor_set_id, a.role, a.created_at, a.checks, o.output, 'mean' AS cut_on,
+           json_extract(a.params, '$.frontier.outputs."' || o.output || '"') AS f
+    FROM anchor_sets a, unnest(json_keys(a.params, '$.frontier.outputs')) AS o(output)
+    WHERE a.benchmark = 'sparseeval-joint'
+    UNION ALL
+    SELECT a.anchor_set_id, a.role, a.created_at, a.checks, o.output, o.output AS cut_on,
+           json_extract(a.params, '$.frontier.own_cut."' || o.output || '"') AS f
+    FROM anchor_sets a, unnest(json_keys(a.params, '$.frontier.own_cut')) AS o(output)
+    WHERE a.benchmark = 'sparseeval-joint'
+)
+SELECT anchor_set_id, role, created_at, output, cut_on,
+       json_extract(f, '$.mae')::DOUBLE AS frontier_mae,
+       json_extract(f, '$.bias')::DOUBLE AS frontier_bias,
+       json_extract(f, '$.coverage')::DOUBLE AS frontier_coverage,
+       json_extract(f, '$.flagged')::DOUBLE AS frontier_flagged,
+       json_extract(f, '$.silent_misses')::DOUBLE AS frontier_silent,
+       json_extract(f, '$.n')::INTEGER AS frontier_models,
+       json_extract_string(f, '$.note') AS note,
+       json_extract(checks, '$.frontier_misses_flagged.passed')::BOOLEAN AS frontier_check_passed
+FROM cuts
+ORDER BY created_at DESC, anchor_set_id DESC, cut_on = 'mean' DESC, output;
 
 -- Every role change of every anchor set, oldest first (append-only): why a set became what it is.
 CREATE OR REPLACE VIEW role_history AS

@@ -1,6 +1,7 @@
 """The joint predictor on models stronger than every model it learned from (issue 29): its frontier
-self-check, cut on the mean score and measured output by output, gates its publication like a
-benchmark's, and its figures reach the refresh result, DuckDB, MLflow, predictor.json and ``predict``.
+self-check, cut on the mean score and measured output by output, and cut on each benchmark's own score
+for that benchmark's output, gates its publication like a benchmark's, and its figures reach the refresh
+result, DuckDB, MLflow, predictor.json and ``predict``.
 
 Real DuckDB, real MLflow (local store), real fits on synthetic leaderboards with known truth; nothing
 is mocked.
@@ -20,7 +21,7 @@ from mlflow import MlflowClient
 from sparseeval.artifact import load_predictor
 from sparseeval.cli import main as cli_main
 from sparseeval.commands.next import plan
-from sparseeval.evaluation import MIN_FRONTIER_MODELS, joint_frontier_selfcheck
+from sparseeval.evaluation import MIN_FRONTIER_MODELS, joint_frontier_selfcheck, joint_own_cut_selfcheck
 from sparseeval.frontier import (
     ALL_RIGHT,
     AT_TOP,
@@ -30,6 +31,8 @@ from sparseeval.frontier import (
     Guarded,
     carry_overall,
     direction,
+    opens_upward,
+    own_cut_label,
 )
 from sparseeval.matrix import build_matrix
 from sparseeval.matrix_store import MatrixStore
@@ -84,6 +87,25 @@ def test_the_joint_selfcheck_cuts_on_the_mean_score_and_reads_only_its_rows(data
     assert joint_frontier_selfcheck(scrambled, rows, K, 0, device="cpu") == figures
 
 
+def test_the_own_cut_selfcheck_scores_each_benchmark_above_its_own_cut_and_reads_only_its_rows(
+        data: JointData) -> None:
+    """Each benchmark output is scored on the rows' models above the 90th percentile of *that
+    benchmark's* score (not the mean's: other models, another count); held-out models change nothing."""
+    split = make_split(data.models, policy="random", val_frac=0.1, test_frac=0.2, seed=1)
+    rows = np.concatenate([split.train, split.val])
+    own = joint_own_cut_selfcheck(data, rows, K, 0, device="cpu")
+    assert list(own) == list(BENCHES)
+    for j, (bench, f) in enumerate(own.items()):
+        cut, beyond = frontier_cut(data.S[rows, j], 0.9)
+        assert f["measured"] and (f["cut_on"], f["n"], f["cut_score"]) == (bench, int(beyond.sum()), pytest.approx(cut))
+        assert 0 <= f["silent_misses"] <= 1 - f["coverage"] + 1e-9 and f["mae"] > 0
+    Y, S = data.Y.copy(), data.S.copy()
+    Y[split.test] = 1.0 - Y[split.test]
+    S[split.test] = 1.0 - S[split.test]
+    scrambled = JointData(data.benchmarks, data.models, data.columns, data.groups, Y, S)
+    assert joint_own_cut_selfcheck(scrambled, rows, K, 0, device="cpu") == own
+
+
 def test_too_few_models_above_the_cut_measure_nothing_and_say_so(data: JointData) -> None:
     rows = np.arange(60)  # 6 models above the cut
     figures = joint_frontier_selfcheck(data, rows, K, 0, device="cpu")
@@ -91,6 +113,9 @@ def test_too_few_models_above_the_cut_measure_nothing_and_say_so(data: JointData
     assert "only 6 of 60 fitting models above the 0.9 quantile of the mean score" in figures[MEAN]["note"]
     check = frontier_check(figures, 0.15)
     assert check.passed and "too few to measure" in check.metadata["note"]
+    own = joint_own_cut_selfcheck(data, rows, K, 0, device="cpu")
+    assert not any(f["measured"] for f in own.values())
+    assert "above the 0.9 quantile of the mmlu score" in own["mmlu"]["note"]
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +145,8 @@ def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_ever
     strict = _refresh(world, 0.0)
     check = {c.name: c for c in strict.checks}["frontier_misses_flagged"]
     figures = check.metadata["figures"]
-    assert set(figures) == {*BENCHES, MEAN} and all(f["measured"] for f in figures.values())
+    own_labels = {own_cut_label(b): b for b in BENCHES}
+    assert set(figures) == {*BENCHES, MEAN, *own_labels} and all(f["measured"] for f in figures.values())
     assert not check.passed and store.champion(JOINT_METHOD) is None and not strict.published
     assert not (root / "predictors" / JOINT_METHOD).exists()
     # measured on the joint split's fitting models only: its held-out models never enter the self-check
@@ -128,7 +154,12 @@ def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_ever
     split = make_split(data.models, policy=config.split_policy, val_frac=config.val_frac, test_frac=config.test_frac,
                        seed=0)
     fitting = np.concatenate([split.train, split.val])
-    assert {f["n"] for f in figures.values()} == {int(frontier_cut(data.S[fitting].mean(axis=1), 0.9)[1].sum())}
+    above_mean_cut = int(frontier_cut(data.S[fitting].mean(axis=1), 0.9)[1].sum())
+    assert {figures[o]["n"] for o in [*BENCHES, MEAN]} == {above_mean_cut}
+    for label, b in own_labels.items():  # each benchmark output also above its own score's cut
+        cut, beyond = frontier_cut(data.S[fitting, list(BENCHES).index(b)], 0.9)
+        f = figures[label]
+        assert (f["cut_on"], f["n"], f["cut_score"]) == (b, int(beyond.sum()), pytest.approx(cut, abs=1e-4))
     for output, f in figures.items():
         assert (f"{output}: {100 * f['silent_misses']:.1f} % of {f['n']} stronger models missed silently (max 0 %)"
                 in check.metadata["message"])
@@ -142,32 +173,44 @@ def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_ever
     assert store.champion(JOINT_METHOD) is None
 
     lenient = _refresh(world, 0.9)
+    mean_cut = {o: silent[o] for o in [*BENCHES, MEAN]}
+    own_cut = {b: silent[label] for label, b in own_labels.items()}
     assert lenient.passed and lenient.published
     assert store.champion(JOINT_METHOD)["anchor_set_id"] == lenient.proposed
     assert "measured on data version" in lenient.figures["frontier_note"]  # not measured a second time
     # the asset's metadata: one row per output
     table = lenient.figures["outputs"].to_dicts()
-    assert {r["output"]: r["frontier_silent_misses"] for r in table} == pytest.approx(silent, abs=1e-4)
+    assert {r["output"]: r["frontier_silent_misses"] for r in table} == pytest.approx(mean_cut, abs=1e-4)
+    assert {r["output"]: r["frontier_own_cut_silent_misses"] for r in table} == pytest.approx(
+        {**own_cut, MEAN: None}, abs=1e-4)
     # DuckDB: output by output in joint_frontier_selfcheck, the mean's in frontier_selfcheck's columns
-    view = store.query("SELECT output, frontier_silent, frontier_models, frontier_check_passed "
+    view = store.query("SELECT output, cut_on, frontier_silent, frontier_models, frontier_check_passed "
                        "FROM joint_frontier_selfcheck WHERE anchor_set_id = $i", {"i": lenient.proposed}).to_dicts()
-    assert {r["output"]: r["frontier_silent"] for r in view} == pytest.approx(silent, abs=1e-4)
-    assert all(r["frontier_check_passed"] and r["frontier_models"] == figures[MEAN]["n"] for r in view)
+    assert {r["output"]: r["frontier_silent"] for r in view if r["cut_on"] == MEAN} == pytest.approx(mean_cut, abs=1e-4)
+    assert {r["output"]: r["frontier_silent"] for r in view if r["cut_on"] != MEAN} == pytest.approx(own_cut, abs=1e-4)
+    assert all(r["cut_on"] in (MEAN, r["output"]) for r in view) and len(view) == len(silent)
+    assert all(r["frontier_check_passed"] and r["frontier_models"] == figures[MEAN]["n"] for r in view
+               if r["cut_on"] == MEAN)
     row = store.query("SELECT frontier_silent FROM frontier_selfcheck WHERE anchor_set_id = $i",
                       {"i": lenient.proposed}).to_dicts()[0]
-    assert row["frontier_silent"] == pytest.approx(silent[MEAN], abs=1e-4)
+    assert row["frontier_silent"] == pytest.approx(mean_cut[MEAN], abs=1e-4)
     # MLflow: every output's figures, on each candidate run
     client = MlflowClient(world["tracking"].resolved_tracking_uri)
     runs = client.search_runs([ensure_experiment(world["tracking"], client)],
                               f"tags.`sparseeval.step` = 'candidate' and params.method = '{JOINT_METHOD}'")
     assert len(runs) == 3
     for run in runs:
-        assert {o: run.data.metrics[f"frontier/{o}/silent_misses"] for o in silent} == pytest.approx(silent, abs=1e-4)
+        assert {o: run.data.metrics[f"frontier/{o}/silent_misses"] for o in mean_cut} == pytest.approx(
+            mean_cut, abs=1e-4)
+        assert {b: run.data.metrics[f"frontier_own_cut/{b}/silent_misses"] for b in own_cut} == pytest.approx(
+            own_cut, abs=1e-4)
     # the published predictor carries them, and predict reports them for an output above the range
     path = published_path(root / "predictors", JOINT_METHOD)
     published = load_predictor(path)
     stored = published.extra["frontier"]["outputs"]
-    assert {o: stored[o]["silent_misses"] for o in silent} == pytest.approx(silent, abs=1e-4)
+    assert {o: stored[o]["silent_misses"] for o in mean_cut} == pytest.approx(mean_cut, abs=1e-4)
+    stored_own = published.extra["frontier"]["own_cut"]
+    assert {b: stored_own[b]["silent_misses"] for b in own_cut} == pytest.approx(own_cut, abs=1e-4)
     # a model stronger overall than every training model: the mean output's best training score set just
     # below the board's strongest model's predicted mean (as a newer, stronger model would be predicted)
     sheet = tmp_path / "answers.csv"
@@ -187,7 +230,7 @@ def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_ever
     records = {r["benchmark"]: r for r in json.loads(out)}
     assert all(direction(tuple(r["ood_reasons"])) > 0 for r in records.values()), records  # every output
     for bench in BENCHES:  # each benchmark carries the mean's reason, upper side opened, point and lower kept
-        if direction(own[bench].ood_reasons) <= 0:
+        if not opens_upward(own[bench].ood_reasons):
             assert records[bench]["ood_reasons"][-1].startswith(STRONGER)
             assert records[bench]["ood_reasons"][-1].endswith(ON_THE_MEAN)
             assert records[bench]["upper"] == 1.0
@@ -199,7 +242,12 @@ def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_ever
                 f"own fitting models (by their mean score over its benchmarks), this predictor's method was off by "
                 f"{f['mae']:.1f} points on average on the strongest 10 % ({f['n']} models; bias "
                 f"{f['bias']:+.1f}") in err
-    assert err.count("note: ") == len(records)
+    for bench in BENCHES:  # and one per benchmark output with its own score's cut
+        f = stored_own[bench]
+        assert (f"1 {bench} prediction(s) may lie above the training range: refitted on the weakest 90 % of its "
+                f"own fitting models (by their {bench} score), this predictor's method was off by {f['mae']:.1f} "
+                f"points on average on the strongest 10 % ({f['n']} models; bias {f['bias']:+.1f}") in err
+    assert err.count("note: ") == len(records) + len(BENCHES)
     # next flags a benchmark output as predict does (its mean's reason carried)
     step = plan(stronger, answers.rename({"correct": "score"}), output="arc")[0]
     assert step.reason == f"all anchors answered; flagged: {records['arc']['ood_reasons'][0]}"
@@ -208,7 +256,8 @@ def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_ever
                      "--out", str(tmp_path / "README.md")]) == 0
     card = (tmp_path / "README.md").read_text()
     assert "at or below the 0.9 quantile of their mean score" in card
-    for output, f in stored.items():
+    assert "at or below the 0.9 quantile of that benchmark's own score" in card
+    for output, f in [*stored.items(), *stored_own.items()]:
         assert (f"| {output} | {f['mae']:.3f} | {f['bias']:.3f} | {f['coverage']:.3f} | {f['flagged']:.3f} | "
                 f"{f['silent_misses']:.3f} | {f['n']} |") in card
 
@@ -216,17 +265,22 @@ def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_ever
 def test_the_mean_outputs_upward_reasons_are_carried_to_benchmarks_without_their_own() -> None:
     """Row 0 stronger on the mean: carried and opened on a benchmark with no reason; row 1 at the top on the
     mean: carried, not opened (as at the top never opens); row 2 nothing on the mean: nothing carried; a
-    benchmark with its own upward reason keeps it alone; one with another reason gets the mean's beside it."""
+    benchmark with its own reason that opens keeps it alone; one with another reason gets the mean's beside
+    it. Row 3 stronger on the mean, at the top on a benchmark: the mean's reason added and the side opened;
+    row 4 at the top on both: the benchmark's own reason is not repeated."""
     def guarded(reasons: list[tuple[str, ...]]) -> Guarded:
         n = len(reasons)
         return Guarded(np.full(n, 0.5), np.full(n, 0.1), np.full(n, 0.4), np.full(n, 0.6), np.zeros(n), reasons)
 
     strong, top = f"{STRONGER} (predicted 90.0 > best training score 88.0)", AT_TOP
-    outputs = {"arc": guarded([(), (), ()]), "mmlu": guarded([(ALL_RIGHT,), (UNLIKE,), ()]),
-               MEAN: guarded([(strong,), (top,), ()])}
+    outputs = {"arc": guarded([(), (), (), (top,), (top,)]),
+               "mmlu": guarded([(ALL_RIGHT,), (UNLIKE,), (), (strong,), (UNLIKE,)]),
+               MEAN: guarded([(strong,), (top,), (), (strong, top), (top,)])}
     carried = carry_overall(outputs, MEAN)
     assert carried[MEAN] is outputs[MEAN]
-    assert carried["arc"].reasons == [(f"{strong}, {ON_THE_MEAN}",), (f"{top}, {ON_THE_MEAN}",), ()]
-    assert list(carried["arc"].upper) == [1.0, 0.6, 0.6] and list(carried["arc"].pred) == [0.5] * 3
-    assert carried["mmlu"].reasons == [(ALL_RIGHT,), (UNLIKE, f"{top}, {ON_THE_MEAN}"), ()]
-    assert list(carried["mmlu"].upper) == [1.0, 0.6, 0.6]  # opened by its own "all anchors right"
+    assert carried["arc"].reasons == [(f"{strong}, {ON_THE_MEAN}",), (f"{top}, {ON_THE_MEAN}",), (),
+                                      (top, f"{strong}, {ON_THE_MEAN}"), (top,)]
+    assert list(carried["arc"].upper) == [1.0, 0.6, 0.6, 1.0, 0.6] and list(carried["arc"].pred) == [0.5] * 5
+    assert carried["mmlu"].reasons == [(ALL_RIGHT,), (UNLIKE, f"{top}, {ON_THE_MEAN}"), (), (strong,),
+                                       (UNLIKE, f"{top}, {ON_THE_MEAN}")]
+    assert list(carried["mmlu"].upper) == [1.0, 0.6, 0.6, 1.0, 0.6]  # rows 0, 3 opened by their own reasons

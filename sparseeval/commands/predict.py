@@ -25,7 +25,7 @@ from sparseeval.benchmarks import canonical_benchmark, default_n_shot, same_metr
 from sparseeval.commands.arguments import add_benchmark_argument, add_output_arguments, existing_path, writable_db
 from sparseeval.commands.output import to_stdout, write_records
 from sparseeval.errors import UsageError
-from sparseeval.frontier import selfcheck_note, selfcheck_outputs
+from sparseeval.frontier import own_cut_outputs, selfcheck_note, selfcheck_outputs
 from sparseeval.methods.joint import MEAN
 from sparseeval.publishing import published_path
 from sparseeval.scoring import Prediction, predict
@@ -225,7 +225,9 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(preds))
     write_records([prediction_record(p) for p in preds], json_to=args.json, csv_to=args.csv)
     for art in artifacts:  # how far off this predictor was on stronger models, where a model may be one
-        for output, figures in selfcheck_outputs(art.extra.get("frontier"), art.benchmark).items():
+        frontier = art.extra.get("frontier")  # a joint predictor's: each cut, on the mean and on the output's own
+        cuts = [*selfcheck_outputs(frontier, art.benchmark).items(), *own_cut_outputs(frontier).items()]
+        for output, figures in cuts:
             note = selfcheck_note(figures, output, sum(p.beyond > 0 for p in preds if p.benchmark == output))
             if note:
                 print(f"note: {note}", file=sys.stderr)
