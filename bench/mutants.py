@@ -87,6 +87,20 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/refresh_policy.py", "        if not 0 <= grown < SELFCHECK_NEW_SHARE:",
              "        if grown < 0:"),),
            ("tests/test_refresh_policy.py", "-k", "frontier_selfcheck")),
+    Mutant("fit-skips-frontier-selfcheck", "sparseeval fit saves a predictor without the frontier self-check "
+                                           "(nothing says it misses the stronger models silently)",
+           (("sparseeval/commands/fit.py", " " * 37 + "frontier_quantile=args.frontier_quantile)",
+             " " * 37 + "frontier_quantile=None)"),),
+           ("tests/test_frontier.py", "-k", "warns_above_the_cut")),
+    Mutant("failed-cut-warns-below", "predict warns below the score where the self-check failed instead of above it",
+           (("sparseeval/scoring.py", "guarded[c.scored_by].pred[i] > c.cut]",
+             "guarded[c.scored_by].pred[i] < c.cut]"),),
+           ("tests/test_frontier.py", "-k", "warns_above_the_cut")),
+    Mutant("missing-table-narrow-between-grid", "a missing-anchor count between two calibrated grid counts takes "
+                                                "the smaller count's width (too narrow) instead of the larger's",
+           (("sparseeval/calibration.py", "    at = np.searchsorted(grid, np.arange(grid[-1] + 1))",
+             "    at = np.searchsorted(grid, np.arange(grid[-1] + 1), side=\"right\") - 1"),),
+           ("tests/test_artifact.py", "-k", "grid")),
     Mutant("lift-dropped-at-predict-time", "a predictor's stored lift at the top of the training range ignored "
                                            "when it scores (calibrated with it, predicting without it)",
            (("sparseeval/frontier.py",
@@ -137,7 +151,7 @@ MUTANTS: tuple[Mutant, ...] = (
              "joint_frontier_selfcheck(data, np.arange(len(data.models)), k,"),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-gates-only-the-mean", "the joint predictor's frontier check sees its mean output only",
-           (("sparseeval/refresh_policy.py", 'known_items=set(data.columns), frontier=gated_figures(frontier))',
+           (("sparseeval/refresh_policy.py", 'known_items=set(data.columns), frontier=gated_figures(frontier, MEAN))',
              'known_items=set(data.columns), frontier={MEAN: frontier["outputs"][MEAN]})'),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-selfcheck-cut-on-one-benchmark", "the joint self-check cut on its first benchmark's score, "

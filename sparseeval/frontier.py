@@ -166,11 +166,73 @@ def own_cut_label(benchmark: str) -> str:
     return f"{benchmark}, cut on its own score"
 
 
-def gated_figures(frontier: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every set of a joint predictor's self-check figures its publishing check gates on, by label: each
-    output's with the cut on the mean score (under the output's name), then each benchmark output's with
-    the cut on its own score (:func:`own_cut_label`)."""
-    return {**frontier["outputs"], **{own_cut_label(b): f for b, f in own_cut_outputs(frontier).items()}}
+def gated_figures(frontier: dict[str, Any] | None, name: str) -> dict[str, dict[str, Any]]:
+    """Every set of a stored self-check's figures the publishing check gates on, by label: a benchmark's
+    under its ``name``; a joint predictor's each output's with the cut on the mean score (under the
+    output's name), then each benchmark output's with the cut on its own score (:func:`own_cut_label`)."""
+    return {**selfcheck_outputs(frontier, name),
+            **{own_cut_label(b): f for b, f in own_cut_outputs(frontier).items()}}
+
+
+@dataclass(frozen=True)
+class FailedCut:
+    """A stored frontier self-check that missed more than the bar silently: above ``cut`` (on the
+    prediction of ``scored_by``), the predictions of ``output`` may be too low with no flag."""
+
+    output: str
+    scored_by: str  #: the output whose prediction is compared with the cut (``mean`` for a joint's mean cut)
+    cut: float
+    warning: str
+
+
+def failed_cuts(frontier: dict[str, Any] | None, name: str, silent_max: float) -> list[FailedCut]:
+    """The self-check figures of a predictor (``name``: its benchmark) whose silent misses exceed
+    ``silent_max``, as warnings for the predictions above their cut.
+
+    Why: the pipeline never publishes such a predictor, but ``sparseeval fit`` saves what it is asked
+    to, and a flag cannot catch these misses (they are silent by definition: the anchors answer like
+    the training models' top). What the self-check does know is the score above which its method
+    failed; a prediction above it is exactly where a stronger model would land, too low (mmlu on the
+    shared data: 45.6 % of the models above 67.0 missed silently, bias -8.3 points)."""
+    sets = [(o, f.get("cut_on") or o, f) for o, f in selfcheck_outputs(frontier, name).items()]
+    sets += [(b, b, f) for b, f in own_cut_outputs(frontier).items()]
+    out = []
+    for output, scored_by, f in sets:
+        if not f.get("measured") or float(f["silent_misses"]) <= silent_max:
+            continue
+        cut = float(f["cut_score"])
+        on = " on the mean of its benchmarks" if scored_by == MEAN and output != MEAN else ""
+        out.append(FailedCut(output, scored_by, cut, (
+            f"predicted above {_pct(cut)}{on}, where this predictor's frontier self-check missed "
+            f"{_pct(float(f['silent_misses']))} % of its stronger fitting models silently (MAE "
+            f"{float(f['mae']):.1f} points, bias {float(f['bias']):+.1f}): this prediction may be too low, "
+            "with no flag")))
+    return out
+
+
+def selfcheck_lines(frontier: dict[str, Any] | None, name: str, silent_max: float) -> list[str]:
+    """What ``fit`` says of the frontier self-check it ran: one line per set of figures, then a warning
+    naming those whose silent misses exceed ``silent_max`` (the pipeline's bar: it would not publish
+    such a predictor), with where the predictions stop being trustworthy (the cut's score)."""
+    lines, failed = [], []
+    for label, f in gated_figures(frontier, name).items():
+        if not f.get("measured"):
+            lines.append(f"frontier self-check, {label}: {f.get('note', 'not measured')}")
+            continue
+        q = float(f["quantile"])
+        lines.append(f"frontier self-check, {label}: refitted on the weakest {100 * q:.0f} % of the fitting models, "
+                     f"on the {f['n']} stronger ones MAE {float(f['mae']):.2f} points, bias {float(f['bias']):+.2f}, "
+                     f"coverage {float(f['coverage']):.3f}, flagged {_pct(float(f['flagged']))} %, missed silently "
+                     f"{_pct(float(f['silent_misses']))} %")
+        if float(f["silent_misses"]) > silent_max:
+            failed.append(f"{label} ({_pct(float(f['silent_misses']))} % above a score of "
+                          f"{_pct(float(f['cut_score']))})")
+    if failed:
+        lines.append(f"warning: missed silently more than {_pct(silent_max)} % of the models stronger than its "
+                     f"fitting models: {'; '.join(failed)}. A prediction above that score may be too low with no "
+                     "flag, and the pipeline's frontier_misses_flagged check would not publish this predictor "
+                     "(more anchors, another method, or `sparseeval evaluate --split frontier` to compare)")
+    return lines
 
 
 def direction(why: tuple[str, ...]) -> int:

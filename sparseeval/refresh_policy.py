@@ -807,7 +807,7 @@ class _Joint:
                         baseline={o: baselines[o] for o in outputs},
                         mean_guess={o: mean_guess_mae(scores[:, i], split) for i, o in enumerate(outputs)},
                         coverage={o: coverage[o] for o in outputs}, items=keys, expected_k=k * len(data.benchmarks),
-                        known_items=set(data.columns), frontier=gated_figures(frontier))
+                        known_items=set(data.columns), frontier=gated_figures(frontier, MEAN))
 
     def report(self, ctx: _Context, run: TrackedRun, proposal: Proposal, decision: str) -> dict[str, Any]:
         s, outputs, own = self.settings, self.outputs, own_cut_outputs(self.frontier)
@@ -838,7 +838,7 @@ class _Joint:
     def _worst_output(self) -> dict[str, Any]:
         """The self-check's figures of the output (and cut) that misses silently most (the one the check
         fails first), flat as a benchmark's are: what a one-line summary shows."""
-        measured = {o: f for o, f in gated_figures(self.frontier).items() if f.get("measured")}
+        measured = {o: f for o, f in gated_figures(self.frontier, MEAN).items() if f.get("measured")}
         if not measured:
             return {}
         worst = max(measured, key=lambda o: measured[o]["silent_misses"])

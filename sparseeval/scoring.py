@@ -19,7 +19,7 @@ from sparseeval import settings as defaults
 from sparseeval.adaptive import adaptive_info, is_prefix, order_of
 from sparseeval.artifact import PredictorArtifact, build_anchors, load_predictor
 from sparseeval.errors import UsageError, UserError
-from sparseeval.frontier import Guarded, carry_overall, direction, guarded_predictions
+from sparseeval.frontier import OWN_CUT, Guarded, carry_overall, direction, failed_cuts, guarded_predictions
 from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.methods import make_estimator
 from sparseeval.methods.base import AnchorEstimator
@@ -174,24 +174,28 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
                for name, est, calibration in prediction_outputs(artifact)}
     if artifact.is_joint:
         guarded = carry_overall(guarded, MEAN)
+    failed = failed_cuts(artifact.extra.get("frontier"), artifact.benchmark,
+                         defaults.SETTINGS["frontier_silent_max"].value())
     per_output = []
     for name, g in guarded.items():
         train_range = (artifact.train_models.get("score_min"), artifact.train_models.get("score_max"))
         if artifact.is_joint:
             train_range = tuple(artifact.train_models.get("score_range", {}).get(name) or [None, None])
-        per_output.append(_rows(artifact, name, models, g, answered, train_range))
+        above = [[c.warning for c in failed if c.output == name and guarded[c.scored_by].pred[i] > c.cut]
+                 for i in range(len(models))]
+        per_output.append(_rows(artifact, name, models, g, answered, train_range, above))
     # per model: its benchmarks in order (a joint predictor's mean last)
     return [rows[i] for i in range(len(models)) for rows in per_output]
 
 
 def _rows(artifact: PredictorArtifact, benchmark: str, models: list[str], g: Guarded, answered: np.ndarray,
-          train_range: tuple[float | None, float | None]) -> list[Prediction]:
+          train_range: tuple[float | None, float | None], above_failed_cut: list[list[str]]) -> list[Prediction]:
     k = artifact.k
     lo_train, hi_train = train_range
     out = []
     for i, model in enumerate(models):
         why = g.reasons[i]
-        warns = [f"OOD: {r}; the interval may not hold" for r in why]
+        warns = [f"OOD: {r}; the interval may not hold" for r in why] + above_failed_cut[i]
         if answered[i] < k:
             warns.append(f"{k - answered[i]} of {k} anchors not answered: predicted from the rest, "
                          "interval widened")
@@ -285,23 +289,30 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
                   seed: int = defaults.DEFAULT_SEED, device: str = defaults.DEFAULT_DEVICE,
                   alpha: float = defaults.DEFAULT_ALPHA, models: pl.DataFrame | None = None,
                   method_params: dict[str, Any] | None = None, row_mean_is_score: bool = False,
-                  settings: dict[str, Any] | None = None) -> PredictorArtifact:
+                  settings: dict[str, Any] | None = None, frontier_quantile: float | None = None) -> PredictorArtifact:
     """Fit ``method`` with ``k`` anchors on ``benchmark`` and calibrate it; return an unsaved artifact.
 
     Models are split once with ``seed``: ``calibration_frac`` held out for conformal calibration
     and the OOD threshold (never seen by the estimator), 10 % of the rest for the estimator's own
     validation (early stopping), the remainder for fitting. ``models`` (optional metadata with
-    ``submitted_at``) adds the training date range to the artifact.
+    ``submitted_at``) adds the training date range to the artifact. ``frontier_quantile``: also run
+    the frontier self-check the pipeline gates on (:func:`sparseeval.evaluation.frontier_selfcheck`,
+    on the fitting models, cut at that quantile) and publish its figures with the predictor.
     """
     if not 0.0 < calibration_frac < 0.9:
         raise UsageError(f"calibration_frac must be in (0, 0.9), got {calibration_frac}")
-    from sparseeval.evaluation import fit_on_split  # the protocol's fitting code (SciPy, torch): fit time only
+    # the protocol's fitting code (SciPy, torch): fit time only
+    from sparseeval.evaluation import fit_on_split, frontier_selfcheck
 
     matrix = build_matrix(responses, scores, benchmark, row_mean_is_score=row_mean_is_score)
     split = make_split(matrix.models, policy="random", val_frac=VAL_FRAC * (1 - calibration_frac),
                        test_frac=calibration_frac, seed=seed)
     est = fit_on_split(matrix, split, method, k, seed, device=device, params=method_params)
-    return artifact_from_fit(matrix, split, est, alpha=alpha, seed=seed, models=models, settings=settings)
+    frontier = None if frontier_quantile is None else frontier_selfcheck(
+        matrix, np.concatenate([split.train, split.val]), method, k, seed, quantile=frontier_quantile, alpha=alpha,
+        device=device, params=method_params)
+    return artifact_from_fit(matrix, split, est, alpha=alpha, seed=seed, models=models, settings=settings,
+                             frontier=frontier)
 
 
 def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *,
@@ -423,10 +434,12 @@ def fit_joint_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, be
                         calibration_frac: float = defaults.DEFAULT_CALIBRATION_FRAC, seed: int = defaults.DEFAULT_SEED,
                         device: str = defaults.DEFAULT_DEVICE, alpha: float = defaults.DEFAULT_ALPHA,
                         models: pl.DataFrame | None = None, method_params: dict[str, Any] | None = None,
-                        row_mean_is_score: bool = False,
-                        settings: dict[str, dict[str, Any]] | None = None) -> PredictorArtifact:
+                        row_mean_is_score: bool = False, settings: dict[str, dict[str, Any]] | None = None,
+                        frontier_quantile: float | None = None) -> PredictorArtifact:
     """Fit and calibrate a ``sparseeval-joint`` predictor with ``k`` items per benchmark on the models
-    that have every one of ``benchmarks`` (split as in :func:`fit_predictor`); an unsaved artifact."""
+    that have every one of ``benchmarks`` (split as in :func:`fit_predictor`); an unsaved artifact.
+    ``frontier_quantile``: also run both frontier self-checks the pipeline gates on (the cut on the mean
+    score and each benchmark's own) on the fitting models, published with the predictor."""
     if not 0.0 < calibration_frac < 0.9:
         raise UsageError(f"calibration_frac must be in (0, 0.9), got {calibration_frac}")
     data = joint_data([build_matrix(responses, scores, b, row_mean_is_score=row_mean_is_score)
@@ -434,4 +447,13 @@ def fit_joint_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, be
     split = make_split(data.models, policy="random", val_frac=VAL_FRAC * (1 - calibration_frac),
                        test_frac=calibration_frac, seed=seed)
     est = fit_joint(data, split, k, seed, device=device, method_params=method_params)
-    return joint_artifact_from_fit(data, split, est, alpha=alpha, seed=seed, models=models, settings=settings)
+    frontier = None
+    if frontier_quantile is not None:
+        from sparseeval.evaluation import joint_frontier_selfcheck, joint_own_cut_selfcheck  # fit time only
+
+        rows = np.concatenate([split.train, split.val])
+        cut = {"quantile": frontier_quantile, "alpha": alpha, "device": device, "params": method_params}
+        frontier = {"outputs": joint_frontier_selfcheck(data, rows, k, seed, **cut),
+                    OWN_CUT: joint_own_cut_selfcheck(data, rows, k, seed, **cut)}
+    return joint_artifact_from_fit(data, split, est, alpha=alpha, seed=seed, models=models, settings=settings,
+                                   frontier=frontier)

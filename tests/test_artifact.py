@@ -137,6 +137,22 @@ def test_missing_anchors_widen_and_too_few_refused(fitted) -> None:
         predict(art, one.filter(~pl.col("item_id").is_in(art.anchor_item_ids[:6])))
 
 
+def test_missing_count_tables_measure_a_grid_and_never_narrow_between_its_counts() -> None:
+    """Every missing count up to ten is measured; above, a geometric grid to K // 2, and a count between two
+    grid counts takes the larger one's width (missing answers only lose information: never narrower)."""
+    assert cal.missing_grid(10) == list(range(11)) and cal.missing_grid(0) == [0]
+    assert cal.missing_grid(60) == [*range(11), 13, 17, 22, 28, 35, 44, 55, 60]
+    responses, scores = irt_long(n_items=60)
+    art = fit_predictor(responses, scores, "toy", 40, METHOD, seed=1)
+    for name in ("q_by_missing", "q_pair_by_missing"):
+        q = art.calibration[name]
+        assert len(q) == 21 and q == sorted(q), name  # 0 .. K // 2, non-decreasing
+        assert q[11] == q[12] == q[13] and q[14] == q[15] == q[16] == q[17] and q[18] == q[19] == q[20], name
+    q = art.calibration["q_by_missing"]
+    assert q[13] > q[10]  # the off-grid counts 11, 12 take 13's width, not 10's
+    assert cal.pair_halfwidth(12, 0, art.calibration) == art.calibration["q_pair_by_missing"][13]
+
+
 def test_ood_flags_inverted_answers(fitted) -> None:
     art = fitted[0]
     X_typical = np.array([[1.0] * art.k])

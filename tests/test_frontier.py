@@ -45,6 +45,7 @@ from sparseeval.scoring import Prediction, fit_predictor, open_for_extrapolation
 from sparseeval.settings import DEFAULT_BEYOND_PRIOR
 from sparseeval.splits import frontier_cut, make_split
 from sparseeval.synthetic import generate_leaderboard
+from tests.support import OPENLLM_DIR
 
 
 def _matrix(lb, bench: str) -> ResponseMatrix:
@@ -307,7 +308,7 @@ def test_fit_warns_when_every_anchor_right_is_too_common_to_flag(tmp_path: Path,
             data / "scores.parquet")
         capsys.readouterr()
         assert main(["fit", "--data", str(data), "--benchmark", "toy", "-k", "8", "--method", "random-linear",
-                     "--out", str(tmp_path / f"{name}-predictor")]) == 0
+                     "--frontier-quantile", "off", "--out", str(tmp_path / f"{name}-predictor")]) == 0
         printed = capsys.readouterr().out
         guard = json.loads((tmp_path / f"{name}-predictor" / "predictor.json").read_text())["calibration"]["frontier"]
         if name == "easy":
@@ -316,3 +317,43 @@ def test_fit_warns_when_every_anchor_right_is_too_common_to_flag(tmp_path: Path,
                 "every anchor right" in printed and "no flag" in printed
         else:
             assert guard["all_right_frac"] <= 0.05 and "warning:" not in printed
+        # --frontier-quantile off: no self-check run, none published
+        assert "frontier self-check" not in printed
+        assert "frontier" not in json.loads((tmp_path / f"{name}-predictor" / "predictor.json").read_text())["extra"]
+
+
+def test_fit_runs_the_frontier_selfcheck_and_predict_warns_above_the_cut_it_failed(tmp_path: Path, capsys) -> None:
+    """Real mmlu (the shared Open LLM Leaderboard data), where the default method misses the strongest
+    models silently: ``fit`` runs the pipeline's frontier self-check on its fitting models, prints the
+    figures and warns that the pipeline would not publish it; the predictor and its model card carry
+    them; ``predict`` warns exactly on the predictions above the cut it failed (the strongest model's),
+    not on the others, in ``--json`` too."""
+    out = tmp_path / "mmlu"
+    capsys.readouterr()
+    assert main(["fit", "--data", str(OPENLLM_DIR), "--benchmark", "mmlu", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    f = json.loads((out / "predictor.json").read_text())["extra"]["frontier"]
+    assert f["measured"] and f["quantile"] == 0.9 and f["silent_misses"] > 0.15, f  # this benchmark's truth
+    assert (f"frontier self-check, mmlu: refitted on the weakest 90 % of the fitting models, on the {f['n']} stronger "
+            f"ones MAE {f['mae']:.2f} points, bias {f['bias']:+.2f}") in printed
+    assert (f"warning: missed silently more than 15.0 % of the models stronger than its fitting models: mmlu "
+            f"({100 * f['silent_misses']:.1f} % above a score of {100 * f['cut_score']:.1f})") in printed
+    assert main(["export", "--predictor", str(out), "--format", "model-card", "--out", str(tmp_path / "card.md")]) == 0
+    assert f"| silent_misses | {f['silent_misses']} |" in (tmp_path / "card.md").read_text()
+    # answers of the strongest mmlu model and of a median one to the anchors
+    anchors = [a["item_id"] for a in json.loads((out / "predictor.json").read_text())["anchors"]]
+    scores = pl.read_parquet(OPENLLM_DIR / "scores.parquet").filter(pl.col("benchmark") == "mmlu").sort("score")
+    pick = [scores["model"][-1], scores["model"][scores.height // 2]]
+    sheet = tmp_path / "answers.csv"
+    (pl.read_parquet(OPENLLM_DIR / "responses.parquet")
+     .filter((pl.col("benchmark") == "mmlu") & pl.col("model").is_in(pick) & pl.col("item_id").is_in(anchors))
+     .write_csv(sheet))
+    capsys.readouterr()
+    assert main(["predict", "--predictor", str(out), "--answers", str(sheet), "--no-db", "--json", "-"]) == 0
+    records = {r["model"]: r for r in json.loads(capsys.readouterr().out)}
+    warned = {m: any("frontier self-check missed" in w for w in r["warnings"]) for m, r in records.items()}
+    assert warned == {m: r["predicted"] > f["cut_score"] for m, r in records.items()}
+    assert warned == {pick[0]: True, pick[1]: False}
+    assert (f"predicted above {100 * f['cut_score']:.1f}, where this predictor's frontier self-check missed "
+            f"{100 * f['silent_misses']:.1f} % of its stronger fitting models silently") in " ".join(
+                records[pick[0]]["warnings"])

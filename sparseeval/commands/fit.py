@@ -29,7 +29,7 @@ from sparseeval.commands.arguments import (
     seed,
 )
 from sparseeval.errors import UsageError
-from sparseeval.frontier import ceiling_note
+from sparseeval.frontier import ceiling_note, selfcheck_lines
 from sparseeval.methods.joint import JOINT_METHOD
 from sparseeval.progress import progress_bar
 from sparseeval.publishing import is_managed, published_path
@@ -62,6 +62,16 @@ def training_settings(benchmark: str, recorded: dict[str, Any]) -> dict[str, Any
 
     return {**recorded, "n_shot": default_n_shot(benchmark), "metric": PREFERRED_METRICS[benchmark][0],
             "from": "the benchmark's name (the data records no settings)"}
+
+
+def frontier_quantile(text: str) -> float | None:
+    """``--frontier-quantile``: a cut in [0.5, 1), or ``off`` (no self-check)."""
+    if text.strip().lower() == "off":
+        return None
+    try:
+        return settings.cut_quantile(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a quantile in [0.5, 1) or 'off', got {text!r}") from None
 
 
 def check_one_metric(benchmark: str, metrics: dict[str | None, int], data: Path) -> None:
@@ -105,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
                 responses, scores, benches, args.k, calibration_frac=args.calibration_frac, seed=args.seed,
                 device=args.device, alpha=args.alpha, models=data.models(),
                 row_mean_is_score=args.row_mean_is_score,
-                settings={b: training_settings(b, data.settings(b)) for b in benches})
+                settings={b: training_settings(b, data.settings(b)) for b in benches},
+                frontier_quantile=args.frontier_quantile)
         else:
             responses, scores = data.long(bench)
             n_items = responses.lazy().select(pl.col("item_id").n_unique()).collect().item()
@@ -114,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
                                      calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
                                      alpha=args.alpha, models=data.models(),
                                      row_mean_is_score=args.row_mean_is_score,
-                                     settings=training_settings(bench, data.settings(bench)))
+                                     settings=training_settings(bench, data.settings(bench)),
+                                     frontier_quantile=args.frontier_quantile)
         tick(f"selected and calibrated {artifact.k} anchors")
         if args.data_licence:
             artifact.extra["data_licence"] = args.data_licence
@@ -131,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
     note = ceiling_note(c.get("frontier"))
     if note:
         print(f"  warning: {note}")
+    for line in selfcheck_lines(saved.extra.get("frontier"), bench, settings.SETTINGS["frontier_silent_max"].value()):
+        print(f"  {line}")
     print(f"saved {out} ({saved.content_hash})")
     print("next: export its anchors as an lm-eval task (lm-eval then prints the estimate for a new model):")
     print(f"  sparseeval export --predictor {shlex.quote(str(out))} --format lm-eval-task --out sparseeval_tasks")
@@ -141,7 +155,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("fit", help="fit, calibrate and save a predictor for one benchmark (or a joint one)",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
                               epilog="environment variables (the options above override them):\n"
-                                     + settings.describe("method", "k", "seed", "device", "alpha", "predictors",
+                                     + settings.describe("method", "k", "seed", "device", "alpha",
+                                                         "frontier_quantile", "frontier_silent_max", "predictors",
                                                          "data_dir"))
     p.add_argument("--data", type=existing_path, required=True, metavar="PATH",
                    help="results in any supported format (every model is used for fitting or calibration)")
@@ -159,6 +174,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="seed of the model split and the fit; " + settings.overrides("seed"))
     p.add_argument("--device", type=device, default=settings.SETTINGS["device"].value(),
                    help="auto (CUDA when present), cpu, cuda or cuda:N; " + settings.overrides("device"))
+    p.add_argument("--frontier-quantile", type=frontier_quantile,
+                   default=settings.SETTINGS["frontier_quantile"].value(), metavar="Q",
+                   help="the frontier self-check: the method refitted on the fitting models at or below this quantile "
+                        "of the score and scored on the stronger rest, as the pipeline's publishing check does; its "
+                        "figures print, go into the predictor (model card, predict's notes), and a warning says "
+                        "when it misses more than SPARSEEVAL_FRONTIER_SILENT_MAX silently; 'off' skips it; "
+                        + settings.overrides("frontier_quantile"))
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "
                         "row mean as its score (never assumed: stored items are often a subset)")
