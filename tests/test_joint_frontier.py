@@ -79,18 +79,21 @@ def test_the_joint_selfcheck_cuts_on_the_mean_score_and_reads_only_its_rows(data
         assert f["measured"] and f["n"] == above and f["cut_on"] == MEAN and f["quantile"] == 0.9, (output, f)
         assert f["cut_score"] == pytest.approx(cut)  # the mean score's cut, not one benchmark's
         assert 0 <= f["silent_misses"] <= 1 - f["coverage"] + 1e-9 and f["mae"] > 0
-    # the held-out models scrambled: answers flipped, scores reversed
+    assert joint_frontier_selfcheck(_scrambled(data, split.test), rows, K, 0, device="cpu") == figures
+
+
+def _scrambled(data: JointData, rows: np.ndarray) -> JointData:
+    """``data`` with the models of ``rows`` (held out) scrambled: answers flipped, scores reversed."""
     Y, S = data.Y.copy(), data.S.copy()
-    Y[split.test] = 1.0 - Y[split.test]
-    S[split.test] = 1.0 - S[split.test]
-    scrambled = JointData(data.benchmarks, data.models, data.columns, data.groups, Y, S)
-    assert joint_frontier_selfcheck(scrambled, rows, K, 0, device="cpu") == figures
+    Y[rows] = 1.0 - Y[rows]
+    S[rows] = 1.0 - S[rows]
+    return JointData(data.benchmarks, data.models, data.columns, data.groups, Y, S)
 
 
 def test_the_own_cut_selfcheck_scores_each_benchmark_above_its_own_cut_and_reads_only_its_rows(
         data: JointData) -> None:
     """Each benchmark output is scored on the rows' models above the 90th percentile of *that
-    benchmark's* score (not the mean's: other models, another count); held-out models change nothing."""
+    benchmark's* score (not the mean's); held-out models change nothing."""
     split = make_split(data.models, policy="random", val_frac=0.1, test_frac=0.2, seed=1)
     rows = np.concatenate([split.train, split.val])
     own = joint_own_cut_selfcheck(data, rows, K, 0, device="cpu")
@@ -99,11 +102,7 @@ def test_the_own_cut_selfcheck_scores_each_benchmark_above_its_own_cut_and_reads
         cut, beyond = frontier_cut(data.S[rows, j], 0.9)
         assert f["measured"] and (f["cut_on"], f["n"], f["cut_score"]) == (bench, int(beyond.sum()), pytest.approx(cut))
         assert 0 <= f["silent_misses"] <= 1 - f["coverage"] + 1e-9 and f["mae"] > 0
-    Y, S = data.Y.copy(), data.S.copy()
-    Y[split.test] = 1.0 - Y[split.test]
-    S[split.test] = 1.0 - S[split.test]
-    scrambled = JointData(data.benchmarks, data.models, data.columns, data.groups, Y, S)
-    assert joint_own_cut_selfcheck(scrambled, rows, K, 0, device="cpu") == own
+    assert joint_own_cut_selfcheck(_scrambled(data, split.test), rows, K, 0, device="cpu") == own
 
 
 def test_too_few_models_above_the_cut_measure_nothing_and_say_so(data: JointData) -> None:
