@@ -122,7 +122,8 @@ def ceiling_note(guard: dict[str, Any] | None) -> str | None:
             "measures the cost")
 
 
-def selfcheck_note(figures: dict[str, Any] | None, benchmark: str, n_upward: int) -> str | None:
+def selfcheck_note(figures: dict[str, Any] | None, benchmark: str, n_upward: int,
+                   own_cut: dict[str, Any] | None = None) -> str | None:
     """What a person reading ``n_upward`` predictions that may lie above the training range should know:
     how the predictor's method fared on models stronger than those it learned from, measured on its own
     fitting models (the frontier self-check a published predictor carries, ``predictor.json``'s
@@ -132,19 +133,29 @@ def selfcheck_note(figures: dict[str, Any] | None, benchmark: str, n_upward: int
     Why: a flag says *that* a number may be off and in which direction; the self-check says *by how much*
     the same method, anchors chosen the same way, was off on stronger models it had not seen, which is the
     error bar the flagged model's one-sided interval cannot give. A joint predictor's figures say what
-    the cut was on (``cut_on``): the models' mean score over its benchmarks, or the output's own score."""
+    the cut was on (``cut_on``): the models' mean score over its benchmarks; ``own_cut``, a benchmark
+    output's figures with the cut on its own score, are said in the same note."""
     if n_upward <= 0 or not figures or not figures.get("measured"):
         return None
     q = float(figures["quantile"])  # every measured self-check records its cut
-    bias = float(figures["bias"])
     cut_on = figures.get("cut_on")
     by = "" if not cut_on else (" (by their mean score over its benchmarks)" if cut_on == MEAN else
                                 f" (by their {cut_on} score)")
-    return (f"{n_upward} {benchmark} prediction(s) may lie above the training range: refitted on the weakest "
+    note = (f"{n_upward} {benchmark} prediction(s) may lie above the training range: refitted on the weakest "
             f"{100 * q:.0f} % of its own fitting models{by}, this predictor's method was off by "
             f"{float(figures['mae']):.1f} points on average on the strongest {100 * (1 - q):.0f} % "
-            f"({figures['n']} models; bias {bias:+.1f}: {'too low' if bias < 0 else 'too high'}), and "
-            f"{100 * float(figures['silent_misses']):.0f} % of them fell outside their interval unflagged")
+            f"({_figures_in_short(figures)}), and {100 * float(figures['silent_misses']):.0f} % of them fell "
+            "outside their interval unflagged")
+    if own_cut and own_cut.get("measured"):
+        note += (f"; cut on their {own_cut.get('cut_on', benchmark)} score instead, off by "
+                 f"{float(own_cut['mae']):.1f} points ({_figures_in_short(own_cut)}), "
+                 f"{100 * float(own_cut['silent_misses']):.0f} % outside unflagged")
+    return note
+
+
+def _figures_in_short(figures: dict[str, Any]) -> str:
+    bias = float(figures["bias"])
+    return f"{figures['n']} models; bias {bias:+.1f}: {'too low' if bias < 0 else 'too high'}"
 
 
 def selfcheck_outputs(frontier: dict[str, Any] | None, name: str) -> dict[str, dict[str, Any]]:

@@ -225,10 +225,11 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(preds))
     write_records([prediction_record(p) for p in preds], json_to=args.json, csv_to=args.csv)
     for art in artifacts:  # how far off this predictor was on stronger models, where a model may be one
-        frontier = art.extra.get("frontier")  # a joint predictor's: each cut, on the mean and on the output's own
-        cuts = [*selfcheck_outputs(frontier, art.benchmark).items(), *own_cut_outputs(frontier).items()]
-        for output, figures in cuts:
-            note = selfcheck_note(figures, output, sum(p.beyond > 0 for p in preds if p.benchmark == output))
+        frontier = art.extra.get("frontier")  # a joint predictor's: both cuts, the mean's and the output's own
+        own = own_cut_outputs(frontier)
+        for output, figures in selfcheck_outputs(frontier, art.benchmark).items():
+            note = selfcheck_note(figures, output, sum(p.beyond > 0 for p in preds if p.benchmark == output),
+                                  own.get(output))
             if note:
                 print(f"note: {note}", file=sys.stderr)
     db = None if args.no_db else args.db or (settings.db_path() if settings.db_path().is_file() else None)
