@@ -138,9 +138,7 @@ def selfcheck_note(figures: dict[str, Any] | None, benchmark: str, n_upward: int
     if n_upward <= 0 or not figures or not figures.get("measured"):
         return None
     q = float(figures["quantile"])  # every measured self-check records its cut
-    cut_on = figures.get("cut_on")
-    by = "" if not cut_on else (" (by their mean score over its benchmarks)" if cut_on == MEAN else
-                                f" (by their {cut_on} score)")
+    by = " (by their mean score over its benchmarks)" if figures.get("cut_on") == MEAN else ""
     note = (f"{n_upward} {benchmark} prediction(s) may lie above the training range: refitted on the weakest "
             f"{100 * q:.0f} % of its own fitting models{by}, this predictor's method was off by "
             f"{float(figures['mae']):.1f} points on average on the strongest {100 * (1 - q):.0f} % "
@@ -170,6 +168,13 @@ def own_cut_outputs(frontier: dict[str, Any] | None) -> dict[str, dict[str, Any]
     """A joint predictor's stored self-check per benchmark output with the cut on that benchmark's own
     score (:data:`OWN_CUT`); empty for a benchmark's predictor or one measured before it existed."""
     return dict((frontier or {}).get(OWN_CUT) or {})
+
+
+def misses_silently(figures: dict[str, Any], silent_max: float) -> bool:
+    """Whether a self-check that measured (``measured`` not False) saw more silent misses than
+    ``silent_max`` (the publishing check's bar; a share that is not a number fails it too): what refuses
+    publication, and what ``fit`` and ``predict`` warn of."""
+    return figures.get("measured") is not False and not float(figures["silent_misses"]) <= silent_max
 
 
 def own_cut_label(benchmark: str) -> str:
@@ -209,7 +214,7 @@ def failed_cuts(frontier: dict[str, Any] | None, name: str, silent_max: float) -
     sets += [(b, b, f) for b, f in own_cut_outputs(frontier).items()]
     out = []
     for output, scored_by, f in sets:
-        if not f.get("measured") or float(f["silent_misses"]) <= silent_max:
+        if not misses_silently(f, silent_max) or "cut_score" not in f:  # self-checks before round 6: no cut kept
             continue
         cut = float(f["cut_score"])
         on = " on the mean of its benchmarks" if scored_by == MEAN and output != MEAN else ""
@@ -235,7 +240,7 @@ def selfcheck_lines(frontier: dict[str, Any] | None, name: str, silent_max: floa
                      f"on the {f['n']} stronger ones MAE {float(f['mae']):.2f} points, bias {float(f['bias']):+.2f}, "
                      f"coverage {float(f['coverage']):.3f}, flagged {_pct(float(f['flagged']))} %, missed silently "
                      f"{_pct(float(f['silent_misses']))} %")
-        if float(f["silent_misses"]) > silent_max:
+        if misses_silently(f, silent_max):
             failed.append(f"{label} ({_pct(float(f['silent_misses']))} % above a score of "
                           f"{_pct(float(f['cut_score']))})")
     if failed:

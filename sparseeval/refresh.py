@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparseeval.artifact import FORMAT_VERSION
+from sparseeval.frontier import misses_silently
 from sparseeval.settings import SETTINGS
 
 #: the checks a proposal must pass before it may be published, and what each asks
@@ -162,7 +163,7 @@ def frontier_check(frontier: Mapping[str, Mapping[str, Any]] | None, silent_max:
     if not frontier:
         return Check(name, True, {"silent_max": silent_max, "note": "; ".join(f"{o}: {n}" for o, n in
                                                                              unmeasured.items())})
-    silent = [o for o, f in frontier.items() if not float(f["silent_misses"]) <= silent_max]
+    silent = [o for o, f in frontier.items() if misses_silently(f, silent_max)]
     figures = {o: {key: (round(float(v), 4) if isinstance(v, float) else v) for key, v in f.items()}
                for o, f in frontier.items()}
     message = "; ".join(
