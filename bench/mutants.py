@@ -54,6 +54,7 @@ FRONTIER = "tests/test_frontier.py"
 BEYOND = "tests/test_beyond.py"
 POLICY = "tests/test_refresh_policy.py"
 JOINT_FRONTIER = "tests/test_joint_frontier.py"
+PROBE = "tests/test_probe.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("alias-not-moved", "the MLflow champion alias set once, never moved to a newer champion",
@@ -89,8 +90,8 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_refresh_policy.py", "-k", "frontier_selfcheck")),
     Mutant("fit-skips-frontier-selfcheck", "sparseeval fit saves a predictor without the frontier self-check "
                                            "(nothing says it misses the stronger models silently)",
-           (("sparseeval/commands/fit.py", " " * 37 + "frontier_quantile=args.frontier_quantile)",
-             " " * 37 + "frontier_quantile=None)"),),
+           (("sparseeval/commands/fit.py", " " * 37 + "frontier_quantile=args.frontier_quantile, probe_items",
+             " " * 37 + "frontier_quantile=None, probe_items"),),
            ("tests/test_frontier.py", "-k", "warns_above_the_cut")),
     Mutant("failed-cut-warns-below", "predict warns below the score where the self-check failed instead of above it",
            (("sparseeval/scoring.py", "guarded[c.scored_by].pred[i] > c.cut]",
@@ -283,6 +284,24 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/commands/arguments.py", 'f"{text}: a folder, not a DuckDB store file"',
              'f"{text}: locked by another writer"'),),
            ("tests/test_cli_errors.py", "-k", "db and directory")),
+    # the probe (fit --probe)
+    Mutant("probe-flags-below-level", "the probe replaces models below its level too (ordinary ones, by noise)",
+           (("sparseeval/probe.py", '        flagged = at_top & (est - g.pred > probe["threshold"])',
+             '        flagged = est - g.pred > probe["threshold"]'),),
+           (PROBE,)),
+    Mutant("probe-line-not-corrected", "the probe's line left flattened by the noise of its few items",
+           (("sparseeval/probe.py", "    slope = slope / max(reliability, 0.5)\n", ""),),
+           (PROBE,)),
+    Mutant("probe-flag-keeps-anchor-estimate", "a model flagged by the probe keeps its anchors' low estimate",
+           (("sparseeval/probe.py", "pred=np.where(flagged, (g.pred + est) / 2, g.pred)", "pred=g.pred"),),
+           (PROBE,)),
+    Mutant("probe-overrides-open-interval", "the probe moves a model whose anchors already leave it open upward "
+           "(arc's frontier: MAE 1.4 -> 4.0)",
+           (("sparseeval/probe.py", '& ~np.array([opens_upward(r) for r in g.reasons], dtype=bool)', ''),),
+           (PROBE,)),
+    Mutant("probe-never-asked", "a model at the probe level without its answers gets no word to run it",
+           (("sparseeval/probe.py", "[probe_request(probe)] if at_top[i] and np.isnan(est[i]) else []", "[]"),),
+           (PROBE,)),
     # the served mode
     Mutant("port-probe-without-reuseaddr", "the free-port probe binds without SO_REUSEADDR (TIME_WAIT counts as used)",
            (("sparseeval/serve/bootstrap.py", "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n", ""),),

@@ -237,7 +237,7 @@ def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k:
     """
     sub = matrix.take_models(np.asarray(rows, dtype=np.int64))
     cut, beyond = frontier_cut(sub.scores, quantile)
-    if (unmeasured := _too_few_beyond(beyond, quantile, "")) is not None:
+    if (unmeasured := too_few_beyond(beyond, quantile, "")) is not None:
         return unmeasured
     config = ProtocolConfig(split_policy="frontier", val_frac=val_frac, frontier_quantile=quantile,
                             calibration_frac=SELFCHECK_CALIBRATION, alpha=alpha, beyond_prior=beyond_prior)
@@ -302,7 +302,7 @@ def _joint_beyond_cut(sub: JointData, cut_scores: np.ndarray, cut_on: str, score
     cut_scores = np.asarray(cut_scores, dtype=np.float64)
     cut, beyond = frontier_cut(cut_scores, quantile)
     of = " of the mean score" if cut_on == MEAN else f" of the {cut_on} score"
-    if (unmeasured := _too_few_beyond(beyond, quantile, of)) is not None:
+    if (unmeasured := too_few_beyond(beyond, quantile, of)) is not None:
         return {o: {**unmeasured, "cut_on": cut_on} for o in score}
     split = make_split(sub.models, policy="frontier", val_frac=val_frac, seed=seed, scores=cut_scores,
                        frontier_quantile=quantile)
@@ -324,7 +324,7 @@ def _joint_beyond_cut(sub: JointData, cut_scores: np.ndarray, cut_on: str, score
             for name in score}
 
 
-def _too_few_beyond(beyond: np.ndarray, quantile: float, of: str) -> dict[str, Any] | None:
+def too_few_beyond(beyond: np.ndarray, quantile: float, of: str) -> dict[str, Any] | None:
     """A self-check's figures when fewer than ``MIN_FRONTIER_MODELS`` of its fitting models lie beyond
     the cut (``beyond``: their mask; ``of``: what the cut is on, for the note); None when enough do."""
     n_beyond = int(beyond.sum())

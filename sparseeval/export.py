@@ -3,7 +3,8 @@
 ``lm-eval``: the JSON ``{"task_name": [doc indices]}`` that lm-evaluation-harness (0.4.x) takes as
 ``lm_eval run ... --samples FILE``, so a new model is run on exactly the anchors and nothing else.
 ``csv``: one row per anchor (benchmark, task, doc_id, item_id) for any other harness or a human.
-Several predictors merge into one file (one lm-eval run covers every benchmark).
+Several predictors merge into one file (one lm-eval run covers every benchmark). ``probe``: the
+predictors' probe items too (:mod:`sparseeval.probe`; in the CSV, rows without a position).
 """
 
 from __future__ import annotations
@@ -32,7 +33,22 @@ def selected_anchors(art: PredictorArtifact, first: int | None = None) -> list[A
     return [art.anchors[p] for p in order_of(art)[:first]]
 
 
-def lm_eval_samples(artifacts: Sequence[PredictorArtifact], first: int | None = None) -> dict[str, list[int]]:
+def probe_items(art: PredictorArtifact) -> list[AnchorInfo]:
+    """The predictor's probe items, where a model runs them (position and column -1: not predictor inputs)."""
+    probe = art.extra.get("probe")
+    if not probe:
+        raise UsageError(f"the predictor for {art.benchmark!r} has no probe (fit it with `sparseeval fit --probe N`)")
+    return [AnchorInfo(-1, -1, item, task, doc) for item, (task, doc) in zip(probe["item_ids"], probe["locations"],
+                                                                            strict=True)]
+
+
+def exported_items(art: PredictorArtifact, first: int | None = None, probe: bool = False) -> list[AnchorInfo]:
+    """:func:`selected_anchors`, followed by the probe's items when ``probe``."""
+    return selected_anchors(art, first) + (probe_items(art) if probe else [])
+
+
+def lm_eval_samples(artifacts: Sequence[PredictorArtifact], first: int | None = None,
+                    probe: bool = False) -> dict[str, list[int]]:
     """Merged ``{task: sorted doc indices}`` of the predictors' anchors (``first``: only the first N of
     each predictor's adaptive order, the batch a new model runs before ``sparseeval next``).
 
@@ -41,7 +57,7 @@ def lm_eval_samples(artifacts: Sequence[PredictorArtifact], first: int | None = 
     """
     merged: dict[str, set[int]] = {}
     for art in artifacts:
-        anchors = selected_anchors(art, first)
+        anchors = exported_items(art, first, probe)
         unplaced = [a.item_id for a in anchors if a.task is None or a.doc_id is None]
         if unplaced:
             raise UsageError(f"predictor for {art.benchmark!r} has anchors without an lm-eval task/doc id "
@@ -52,7 +68,7 @@ def lm_eval_samples(artifacts: Sequence[PredictorArtifact], first: int | None = 
 
 
 def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str | Path,
-                     first: int | None = None, *, output_path: str = "RUN_DIR") -> list[str]:
+                     first: int | None = None, *, output_path: str = "RUN_DIR", probe: bool = False) -> list[str]:
     """The ``lm_eval`` command(s) that answer the anchors under the predictors' training settings.
 
     The few-shot count is part of what the predictor learned (its benchmark variant: ``arc`` is the
@@ -68,7 +84,7 @@ def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str |
             recorded = art.training_settings(bench).get("n_shot")
             shots = recorded if recorded is not None else default_n_shot(base) if shots is None else shots
             tasks = by_shots.setdefault(shots, [])
-            tasks += [t for t in dict.fromkeys(a.task for a in selected_anchors(art, first)
+            tasks += [t for t in dict.fromkeys(a.task for a in exported_items(art, first, probe)
                                                if a.task and (a.benchmark or art.benchmark) == bench)
                       if t not in tasks]
     return [f"lm_eval run --model hf --model_args pretrained=YOUR_MODEL --tasks {','.join(tasks)} "
@@ -76,29 +92,32 @@ def lm_eval_commands(artifacts: Sequence[PredictorArtifact], samples_file: str |
             for shots, tasks in sorted(by_shots.items()) if tasks]
 
 
-def anchor_table(artifacts: Sequence[PredictorArtifact], first: int | None = None) -> pl.DataFrame:
-    """One row per anchor: benchmark, task, doc_id, item_id, position (in predictor input order)."""
+def anchor_table(artifacts: Sequence[PredictorArtifact], first: int | None = None,
+                 probe: bool = False) -> pl.DataFrame:
+    """One row per anchor: benchmark, task, doc_id, item_id, position (in predictor input order; none for a
+    probe item)."""
     return pl.DataFrame(
         [{"benchmark": a.benchmark or art.benchmark, "task": a.task, "doc_id": a.doc_id, "item_id": a.item_id,
-          "position": a.position} for art in artifacts for a in selected_anchors(art, first)],
+          "position": a.position if a.position >= 0 else None}
+         for art in artifacts for a in exported_items(art, first, probe)],
         schema={"benchmark": pl.String, "task": pl.String, "doc_id": pl.Int64, "item_id": pl.String,
                 "position": pl.Int64},
     )
 
 
 def write_export(artifacts: Sequence[PredictorArtifact], fmt: str, out: str | Path, *,
-                 first: int | None = None) -> Path:
-    """Write the anchors of ``artifacts`` (``first``: the first N of each one's adaptive order) to
-    ``out`` in ``fmt`` (atomically; same input, same bytes)."""
+                 first: int | None = None, probe: bool = False) -> Path:
+    """Write the anchors of ``artifacts`` (``first``: the first N of each one's adaptive order; ``probe``:
+    and their probe items) to ``out`` in ``fmt`` (atomically; same input, same bytes)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose {' or '.join(FORMATS)}")
     if not artifacts:
         raise UsageError("nothing to export: no predictor given")
     out = Path(out)
     if fmt == "lm-eval":
-        text = json.dumps(lm_eval_samples(artifacts, first), indent=1) + "\n"
+        text = json.dumps(lm_eval_samples(artifacts, first, probe), indent=1) + "\n"
         atomic_write_text(out, text)
     else:
-        table = anchor_table(artifacts, first)
+        table = anchor_table(artifacts, first, probe)
         atomic_write(out, lambda p: table.write_csv(p))
     return out

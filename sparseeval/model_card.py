@@ -89,10 +89,23 @@ def model_card(art: PredictorArtifact, repo: str = "ORG/REPO") -> str:
     frontier = art.extra.get("frontier")
     if isinstance(frontier, dict) and frontier:
         lines += ["", "## Frontier", "", *_frontier_rows(frontier)]
+    if probe := art.extra.get("probe"):
+        lines += ["", "## Probe", "", _probe_paragraph(probe, repo)]
     lines += ["", "## Licence", "",
               f"Data licence: **{licence}**; this predictor is derived from that data and carries its terms "
               "(see LICENSE)." if licence else "Data licence: not recorded (`sparseeval fit --data-licence`).", ""]
     return "\n".join(lines)
+
+
+def _probe_paragraph(probe: dict[str, Any], repo: str) -> str:
+    """What the probe is for and how to run it (``sparseeval fit --probe``)."""
+    return (f"A model predicted at {100 * probe['level']:.1f} or above (the top of the calibration models' "
+            f"predictions) should also answer the probe's {len(probe['item_ids'])} random items "
+            f"(`sparseeval export --predictor hf://{repo} --format lm-eval --probe --out items.json`): where they "
+            f"put it more than {100 * probe['threshold']:.1f} points above its anchors' estimate, `predict` flags it "
+            "and predicts it halfway between them and its anchors, with an interval spanning both (the probe's "
+            f"own: +-{100 * probe['halfwidth']:.1f} points). Anchors chosen on the training "
+            "models can saturate on models stronger than all of them; items drawn at random do not.")
 
 
 def _frontier_rows(frontier: dict[str, Any]) -> list[str]:

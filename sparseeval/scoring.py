@@ -17,14 +17,23 @@ import sparseeval.methods  # registers every method: fitting and loading predict
 from sparseeval import calibration as cal
 from sparseeval import settings as defaults
 from sparseeval.adaptive import adaptive_info, is_prefix, order_of
-from sparseeval.artifact import PredictorArtifact, build_anchors, load_predictor
+from sparseeval.artifact import PredictorArtifact, build_anchors, harness_location, load_predictor
 from sparseeval.errors import UsageError, UserError
-from sparseeval.frontier import OWN_CUT, Guarded, carry_overall, direction, failed_cuts, guarded_predictions
+from sparseeval.frontier import (
+    OWN_CUT,
+    Guarded,
+    carry_overall,
+    direction,
+    failed_cuts,
+    guarded_predictions,
+    interval_figures,
+)
 from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.methods import make_estimator
 from sparseeval.methods.base import AnchorEstimator
 from sparseeval.methods.joint import JOINT_METHOD, MEAN, JointData, JointSparseEval, joint_data
-from sparseeval.splits import Split, make_split
+from sparseeval.probe import PROBE_REASON, apply_probe, draw_probe_items, fit_probe, probe_means
+from sparseeval.splits import Split, frontier_cut, make_split
 
 #: fraction of the fitting models the estimator may use for early stopping (never calibration)
 VAL_FRAC = defaults.DEFAULT_VAL_FRAC
@@ -93,11 +102,8 @@ def _as_artifact(artifact_or_folder: PredictorArtifact | str | Path) -> Predicto
     return load_predictor(artifact_or_folder)
 
 
-def anchor_matrix(artifact: PredictorArtifact, answers: pl.DataFrame) -> tuple[list[str], np.ndarray]:
-    """Models of ``answers`` on the artifact's benchmark and their answers to the anchors (NaN = none).
-
-    Raises ``ValueError`` when the answers hold nothing for the benchmark or repeat an item.
-    """
+def _answer_rows(artifact: PredictorArtifact, answers: pl.DataFrame) -> pl.DataFrame:
+    """``answers`` on the artifact's benchmarks, typed; refuses none and an item answered twice."""
     benches = artifact.benchmarks
     rows = answers.lazy().filter(pl.col("benchmark").is_in(benches)).select(
         pl.col("model").cast(pl.String), pl.col("benchmark").cast(pl.String), pl.col("item_id").cast(pl.String),
@@ -110,16 +116,38 @@ def anchor_matrix(artifact: PredictorArtifact, answers: pl.DataFrame) -> tuple[l
         m, bench, item = rows.filter(dup).row(0)[:3]
         raise UsageError(f"benchmark {bench!r}: model {m!r} answers item {item!r} twice "
                          "(two answer files for the same model name?)")
-    models = rows.get_column("model").unique(maintain_order=True).to_list()
+    return rows
+
+
+def _item_matrix(rows: pl.DataFrame, models: list[str], benchmarks: list[str], item_ids: list[str]) -> np.ndarray:
+    """(models x items) answers of ``rows`` to the (benchmark, item id) pairs given (NaN = none)."""
     model_idx = pl.DataFrame({"model": models, "row": np.arange(len(models), dtype=np.int64)})
-    anchor_idx = pl.DataFrame({"benchmark": [a.benchmark or artifact.benchmark for a in artifact.anchors],
-                               "item_id": artifact.anchor_item_ids,
-                               "col": np.arange(artifact.k, dtype=np.int64)})
-    coded = rows.join(anchor_idx, on=["benchmark", "item_id"]).join(model_idx, on="model")
-    X = np.full((len(models), artifact.k), np.nan, dtype=np.float32)
-    rows_i, cols_i = coded.get_column("row").to_numpy(), coded.get_column("col").to_numpy()
-    X[rows_i, cols_i] = coded.get_column("score").to_numpy()
-    return models, X
+    item_idx = pl.DataFrame({"benchmark": benchmarks, "item_id": item_ids,
+                             "col": np.arange(len(item_ids), dtype=np.int64)})
+    coded = rows.join(item_idx, on=["benchmark", "item_id"]).join(model_idx, on="model")
+    X = np.full((len(models), len(item_ids)), np.nan, dtype=np.float32)
+    X[coded.get_column("row").to_numpy(), coded.get_column("col").to_numpy()] = coded.get_column("score").to_numpy()
+    return X
+
+
+def anchor_matrix(artifact: PredictorArtifact, answers: pl.DataFrame) -> tuple[list[str], np.ndarray]:
+    """Models of ``answers`` on the artifact's benchmark and their answers to the anchors (NaN = none).
+
+    Raises ``ValueError`` when the answers hold nothing for the benchmark or repeat an item.
+    """
+    rows = _answer_rows(artifact, answers)
+    models = rows.get_column("model").unique(maintain_order=True).to_list()
+    benches = [a.benchmark or artifact.benchmark for a in artifact.anchors]
+    return models, _item_matrix(rows, models, benches, artifact.anchor_item_ids)
+
+
+def probe_matrix(artifact: PredictorArtifact, answers: pl.DataFrame, models: list[str]) -> np.ndarray | None:
+    """``models``' answers to the predictor's probe items (:mod:`sparseeval.probe`); None without a probe."""
+    probe = artifact.extra.get("probe")
+    if not probe:
+        return None
+    items = probe["item_ids"]
+    return _item_matrix(_answer_rows(artifact, answers), models, [artifact.benchmark] * len(items), items)
 
 
 def output_calibration(calibration: dict[str, Any], name: str) -> dict[str, Any]:
@@ -153,7 +181,9 @@ def _short_rows(artifact: PredictorArtifact, X: np.ndarray) -> np.ndarray:
                     dtype=np.int64)
 
 
-def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarray) -> list[Prediction]:
+def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarray,
+                    probe_answers: np.ndarray | None = None) -> list[Prediction]:
+    """Predictions of ``models`` from their anchor answers ``X`` (and the probe's, where the predictor has one)."""
     k = artifact.k
     answered = (~np.isnan(X)).sum(axis=1)
     need = (k + 1) // 2
@@ -174,6 +204,10 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
                for name, est, calibration in prediction_outputs(artifact)}
     if artifact.is_joint:
         guarded = carry_overall(guarded, MEAN)
+    probe_warns: list[list[str]] = [[] for _ in models]
+    if artifact.extra.get("probe") and not artifact.is_joint:
+        guarded[artifact.benchmark], probe_warns = apply_probe(artifact.extra["probe"], guarded[artifact.benchmark],
+                                                               probe_answers)
     failed = failed_cuts(artifact.extra.get("frontier"), artifact.benchmark,
                          defaults.SETTINGS["frontier_silent_max"].value())
     per_output = []
@@ -182,20 +216,20 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
         if artifact.is_joint:
             train_range = tuple(artifact.train_models.get("score_range", {}).get(name) or [None, None])
         above = [[c.warning for c in failed if c.output == name and guarded[c.scored_by].pred[i] > c.cut]
-                 for i in range(len(models))]
+                 + probe_warns[i] for i in range(len(models))]
         per_output.append(_rows(artifact, name, models, g, answered, train_range, above))
     # per model: its benchmarks in order (a joint predictor's mean last)
     return [rows[i] for i in range(len(models)) for rows in per_output]
 
 
 def _rows(artifact: PredictorArtifact, benchmark: str, models: list[str], g: Guarded, answered: np.ndarray,
-          train_range: tuple[float | None, float | None], above_failed_cut: list[list[str]]) -> list[Prediction]:
+          train_range: tuple[float | None, float | None], more_warnings: list[list[str]]) -> list[Prediction]:
     k = artifact.k
     lo_train, hi_train = train_range
     out = []
     for i, model in enumerate(models):
         why = g.reasons[i]
-        warns = [f"OOD: {r}; the interval may not hold" for r in why] + above_failed_cut[i]
+        warns = [f"OOD: {r}; the interval may not hold" for r in why] + more_warnings[i]
         if answered[i] < k:
             warns.append(f"{k - answered[i]} of {k} anchors not answered: predicted from the rest, "
                          "interval widened")
@@ -221,7 +255,7 @@ def predict(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.Data
     """
     artifact = _as_artifact(artifact_or_folder)
     models, X = anchor_matrix(artifact, answers)
-    return _predict_matrix(artifact, models, X)
+    return _predict_matrix(artifact, models, X, probe_matrix(artifact, answers, models))
 
 
 def compare(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.DataFrame,
@@ -243,7 +277,8 @@ def compare(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.Data
     if model_a == model_b:
         raise UsageError("compare needs two different models")
     rows = [models.index(model_a), models.index(model_b)]
-    pa, pb = _predict_matrix(artifact, [model_a, model_b], X[rows])
+    P = probe_matrix(artifact, answers, models)
+    pa, pb = _predict_matrix(artifact, [model_a, model_b], X[rows], None if P is None else P[rows])
     half = cal.pair_halfwidth(pa.k - pa.n_anchors, pb.k - pb.n_anchors, artifact.calibration)
     diff = pa.predicted - pb.predicted
     lower, upper, open_sides = open_for_extrapolation(diff - half, diff + half, pa, pb)
@@ -289,7 +324,8 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
                   seed: int = defaults.DEFAULT_SEED, device: str = defaults.DEFAULT_DEVICE,
                   alpha: float = defaults.DEFAULT_ALPHA, models: pl.DataFrame | None = None,
                   method_params: dict[str, Any] | None = None, row_mean_is_score: bool = False,
-                  settings: dict[str, Any] | None = None, frontier_quantile: float | None = None) -> PredictorArtifact:
+                  settings: dict[str, Any] | None = None, frontier_quantile: float | None = None,
+                  probe_items: int | None = None) -> PredictorArtifact:
     """Fit ``method`` with ``k`` anchors on ``benchmark`` and calibrate it; return an unsaved artifact.
 
     Models are split once with ``seed``: ``calibration_frac`` held out for conformal calibration
@@ -298,21 +334,99 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
     ``submitted_at``) adds the training date range to the artifact. ``frontier_quantile``: also run
     the frontier self-check the pipeline gates on (:func:`sparseeval.evaluation.frontier_selfcheck`,
     on the fitting models, cut at that quantile) and publish its figures with the predictor.
+    ``probe_items``: also draw a probe of that many random non-anchor items (:mod:`sparseeval.probe`),
+    its line fitted on the fitting models, its level, threshold and interval on the calibration models.
     """
     if not 0.0 < calibration_frac < 0.9:
         raise UsageError(f"calibration_frac must be in (0, 0.9), got {calibration_frac}")
     # the protocol's fitting code (SciPy, torch): fit time only
-    from sparseeval.evaluation import fit_on_split, frontier_selfcheck
+    from sparseeval.evaluation import frontier_selfcheck
 
     matrix = build_matrix(responses, scores, benchmark, row_mean_is_score=row_mean_is_score)
+    art, split = _fit_matrix(matrix, k, method, calibration_frac=calibration_frac, seed=seed, device=device,
+                             alpha=alpha, models=models, method_params=method_params, settings=settings,
+                             probe_items=probe_items)
+    if frontier_quantile is not None:
+        fitting = np.concatenate([split.train, split.val])
+        art.extra["frontier"] = frontier_selfcheck(matrix, fitting, method, k, seed, quantile=frontier_quantile,
+                                                   alpha=alpha, device=device, params=method_params)
+        if probe_items is not None:
+            art.extra["probe"]["selfcheck"] = probe_selfcheck(
+                matrix, fitting, method, k, seed, probe_items, quantile=frontier_quantile, alpha=alpha,
+                calibration_frac=calibration_frac, device=device, params=method_params)
+    return art
+
+
+def _fit_matrix(matrix: ResponseMatrix, k: int, method: str, *, calibration_frac: float, seed: int, device: str,
+                alpha: float, models: pl.DataFrame | None = None, method_params: dict[str, Any] | None = None,
+                settings: dict[str, Any] | None = None,
+                probe_items: int | None = None) -> tuple[PredictorArtifact, Split]:
+    """:func:`fit_predictor` on a built matrix (no self-check): the artifact and the split it used."""
+    from sparseeval.evaluation import fit_on_split
+
     split = make_split(matrix.models, policy="random", val_frac=VAL_FRAC * (1 - calibration_frac),
                        test_frac=calibration_frac, seed=seed)
     est = fit_on_split(matrix, split, method, k, seed, device=device, params=method_params)
-    frontier = None if frontier_quantile is None else frontier_selfcheck(
-        matrix, np.concatenate([split.train, split.val]), method, k, seed, quantile=frontier_quantile, alpha=alpha,
-        device=device, params=method_params)
-    return artifact_from_fit(matrix, split, est, alpha=alpha, seed=seed, models=models, settings=settings,
-                             frontier=frontier)
+    art = artifact_from_fit(matrix, split, est, alpha=alpha, seed=seed, models=models, settings=settings)
+    if probe_items is not None:
+        art.extra["probe"] = probe_for(art, matrix, split, probe_items, seed=seed, alpha=alpha)
+    return art, split
+
+
+def probe_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: int, seed: int, n: int, *,
+                    quantile: float, alpha: float, calibration_frac: float, device: str,
+                    params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The frontier self-check of a predictor with a probe: fitted (anchors, probe, calibration) as ``fit``
+    fits it, on the fitting models ``rows`` at or below their ``quantile`` quantile of the score, and the
+    stronger rest predicted as ``predict`` predicts them given their answers to the anchors *and* the
+    probe. :func:`sparseeval.evaluation.frontier_selfcheck`'s figures (``mae``, ``bias``, ``coverage``,
+    ``halfwidth``, ``flagged``, ``silent_misses``, ``n``, ``cut_score``), plus ``probe_flagged`` and
+    ``anchors_alone``: the same predictor's figures on the same models from their anchors only (the
+    pipeline's self-check fits its own predictor, so its figures are not the baseline to compare with)."""
+    from sparseeval.evaluation import too_few_beyond
+
+    sub = matrix.take_models(np.asarray(rows, dtype=np.int64))
+    cut, beyond = frontier_cut(sub.scores, quantile)
+    if (unmeasured := too_few_beyond(beyond, quantile, "")) is not None:
+        return unmeasured
+    inner, _ = _fit_matrix(sub.take_models(np.flatnonzero(~beyond)), k, method, calibration_frac=calibration_frac,
+                           seed=seed, device=device, alpha=alpha, method_params=params, probe_items=n)
+    stronger = np.flatnonzero(beyond)
+    column = {item: j for j, item in enumerate(sub.items)}
+    probe_cols = np.array([column[i] for i in inner.extra["probe"]["item_ids"]])
+    X = sub.with_nan_at(stronger, np.array([a.column for a in inner.anchors]))
+    names, truth = [sub.models[i] for i in stronger], sub.scores[stronger]
+
+    def figures(preds: list[Prediction]) -> dict[str, Any]:
+        g = Guarded(np.array([p.predicted for p in preds]), np.zeros(len(preds)), np.array([p.lower for p in preds]),
+                    np.array([p.upper for p in preds]), np.zeros(len(preds)), [p.ood_reasons for p in preds])
+        return interval_figures(g, truth).as_dict()
+
+    checked = _predict_matrix(inner, names, X, sub.with_nan_at(stronger, probe_cols))
+    return {"measured": True, **figures(checked), "quantile": quantile, "cut_score": cut, "method": method, "k": k,
+            "probe_flagged": float(np.mean([any(r.startswith(PROBE_REASON) for r in p.ood_reasons) for p in checked])),
+            "anchors_alone": figures(_predict_matrix(inner, names, X))}
+
+
+def probe_for(art: PredictorArtifact, matrix: ResponseMatrix, split: Split, n: int, *, seed: int,
+              alpha: float) -> dict[str, Any]:
+    """A probe of ``n`` random non-anchor items for a fitted single-benchmark predictor
+    (:func:`sparseeval.probe.fit_probe`): its line on the fitting models (``split.train`` + ``split.val``),
+    the rest on the calibration models (``split.test``), whose anchor predictions come through the same
+    path ``predict`` takes (guard, lift), so the threshold measures what a new model's prediction does."""
+    assert art.estimator.anchors_ is not None
+    cols = draw_probe_items(len(matrix.items), art.estimator.anchors_, n, seed)
+    means = probe_means(matrix.values[:, cols], matrix.observed[:, cols])
+    fit_rows = np.concatenate([split.train, split.val])
+    X_cal = matrix.with_nan_at(split.test, art.estimator.anchors_)
+    enough = (~np.isnan(X_cal)).sum(axis=1) * 2 >= art.k  # as predict: at least half the anchors answered
+    cal_rows = split.test[enough]
+    pred_cal = np.array([p.predicted for p in _predict_matrix(art, [matrix.models[i] for i in cal_rows],
+                                                              X_cal[enough])])
+    items = [matrix.items[c] for c in cols]
+    return fit_probe(items, means[fit_rows], matrix.scores[fit_rows].astype(np.float64), means[cal_rows],
+                     matrix.scores[cal_rows].astype(np.float64), pred_cal, alpha=alpha,
+                     locations=[harness_location(matrix.benchmark, i) for i in items])
 
 
 def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *,

@@ -63,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "lm-eval-task":
         from sparseeval.lm_eval_tasks import write_task_folder
 
-        if args.first is not None:
-            raise UsageError("--first applies to --format lm-eval and csv (an lm-eval task runs every anchor)")
+        if args.first is not None or args.probe:
+            raise UsageError("--first and --probe apply to --format lm-eval and csv (an lm-eval task runs every "
+                             "anchor and nothing else)")
 
         written = write_task_folder(artifacts, args.out, include_paths=args.lm_eval_include)
         benches = ", ".join(b for a in artifacts for b in a.benchmarks)
@@ -75,12 +76,14 @@ def run(args: argparse.Namespace) -> int:
               f"--tasks {written.name} --log_samples --output_path {RUN_DIR}")
         print(f"  sparseeval predict {predictor_flags(artifacts)} --answers {RUN_DIR}")
         return 0
-    out = write_export(artifacts, args.format, args.out, first=args.first)
+    out = write_export(artifacts, args.format, args.out, first=args.first, probe=args.probe)
     n = sum(a.k if args.first is None else min(a.k, args.first) for a in artifacts)
-    print(f"wrote {n} anchors of {', '.join(a.benchmark for a in artifacts)} to {out}")
+    probed = f" and {sum(len(a.extra['probe']['item_ids']) for a in artifacts)} probe items" if args.probe else ""
+    print(f"wrote {n} anchors{probed} of {', '.join(a.benchmark for a in artifacts)} to {out}")
     if args.format == "lm-eval":
         print("next: run them under the predictors' training settings, then score the run:")
-        for command in lm_eval_commands(artifacts, shlex.quote(str(out)), args.first, output_path=RUN_DIR):
+        for command in lm_eval_commands(artifacts, shlex.quote(str(out)), args.first, output_path=RUN_DIR,
+                                        probe=args.probe):
             print(f"  {command}")
         print(f"  sparseeval predict {predictor_flags(artifacts)} --answers {RUN_DIR}")
     return 0
@@ -105,6 +108,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--first", type=positive_int, metavar="N",
                    help="only the first N anchors of each predictor's adaptive order (then `sparseeval next`); "
                         "lm-eval and csv formats")
+    p.add_argument("--probe", action="store_true",
+                   help="the predictors' probe items too (`fit --probe`), for a model predicted at the top of the "
+                        "calibration models (predict asks for them); lm-eval and csv formats")
     p.add_argument("--lm-eval-include", type=Path, action="append", default=[], metavar="DIR",
                    help="lm-eval-task: a folder of your own lm-eval task configs that defines the predictor's "
                         "tasks, when they are not lm-eval's built-in ones; repeatable")

@@ -31,6 +31,7 @@ from sparseeval.commands.arguments import (
 from sparseeval.errors import UsageError
 from sparseeval.frontier import ceiling_note, selfcheck_lines
 from sparseeval.methods.joint import JOINT_METHOD
+from sparseeval.probe import PROBE_FROM_QUANTILE, probe_selfcheck_line
 from sparseeval.progress import progress_bar
 from sparseeval.publishing import is_managed, published_path
 from sparseeval.readers.base import InputError
@@ -93,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     if (len(benches) < 2) if joint else (len(benches) != 1):
         raise UsageError(f"--method {JOINT_METHOD} takes two benchmarks or more (--benchmark arc,mmlu); "
                          "every other method one")
+    if joint and args.probe is not None:
+        raise UsageError(f"--probe is for single-benchmark predictors; --method {JOINT_METHOD} has none")
     bench = JOINT_METHOD if joint else benches[0]
     out = args.out or published_path(args.registry or settings.predictor_dir(), bench)
     if is_managed(out):  # before the fit: refusing after minutes of work would waste them
@@ -121,12 +124,15 @@ def run(args: argparse.Namespace) -> int:
             responses, scores = data.long(bench)
             n_items = responses.lazy().select(pl.col("item_id").n_unique()).collect().item()
             check_k_below_items(args.k, n_items, bench, args.data)
+            if args.probe is not None and args.k + args.probe > n_items:
+                raise InputError(args.data, f"--probe {args.probe}: benchmark {bench!r} has {n_items} items, "
+                                            f"{args.k} of them anchors; a probe can draw at most {n_items - args.k}")
             artifact = fit_predictor(responses, scores, bench, args.k, args.method,
                                      calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
                                      alpha=args.alpha, models=data.models(),
                                      row_mean_is_score=args.row_mean_is_score,
                                      settings=training_settings(bench, data.settings(bench)),
-                                     frontier_quantile=args.frontier_quantile)
+                                     frontier_quantile=args.frontier_quantile, probe_items=args.probe)
         tick(f"selected and calibrated {artifact.k} anchors")
         if args.data_licence:
             artifact.extra["data_licence"] = args.data_licence
@@ -140,6 +146,13 @@ def run(args: argparse.Namespace) -> int:
     for name, cal in (c["outputs"] if saved.is_joint else {bench: c}).items():
         print(f"  {name}: MAE {cal['calibration_mae_points']:.2f} points, {100 * (1 - c['alpha']):g}% interval "
               f"mean half-width {cal['mean_halfwidth_points']:.2f} points ({cal['mode']} scale)")
+    probe = saved.extra.get("probe")
+    if probe:
+        print(f"  probe: {len(probe['item_ids'])} random items, asked of predictions >= {100 * probe['level']:.1f} "
+              f"(the calibration models' top {100 * (1 - PROBE_FROM_QUANTILE):g} %); flags when it says higher by "
+              f"more than {100 * probe['threshold']:.1f} points; its interval +-{100 * probe['halfwidth']:.1f}")
+        if line := probe_selfcheck_line(probe.get("selfcheck")):
+            print(f"  {line}")
     note = ceiling_note(c.get("frontier"))
     if note:
         print(f"  warning: {note}")
@@ -148,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"saved {out} ({saved.content_hash})")
     print("next: export its anchors as an lm-eval task (lm-eval then prints the estimate for a new model):")
     print(f"  sparseeval export --predictor {shlex.quote(str(out))} --format lm-eval-task --out sparseeval_tasks")
+    if probe:
+        print("and for a model predicted at the probe level, its items too (predict asks for them):")
+        print(f"  sparseeval export --predictor {shlex.quote(str(out))} --format lm-eval --probe --out probe.json")
     return 0
 
 
@@ -181,6 +197,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "figures print, go into the predictor (model card, predict's notes), and a warning says "
                         "when it misses more than SPARSEEVAL_FRONTIER_SILENT_MAX silently; 'off' skips it; "
                         + settings.overrides("frontier_quantile"))
+    p.add_argument("--probe", type=positive_int, default=None, metavar="N",
+                   help="also draw a probe of N random items beyond the anchors (e.g. 40): a model predicted at the "
+                        "top of the calibration models answers them too (`sparseeval export --probe`), and where "
+                        "they put it higher than its anchors do, by more than they disagree on the calibration "
+                        "models, predict flags it, predicts it halfway between and widens its interval to span both "
+                        "(anchors that saturate under-estimate stronger models; random items do not saturate). "
+                        "Default: no probe")
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "
                         "row mean as its score (never assumed: stored items are often a subset)")
