@@ -111,8 +111,9 @@ def probe_line(means: np.ndarray, scores: np.ndarray, n_items: int) -> tuple[flo
     variables). Flat is right for the typical model and wrong for the one the probe is for: on mmlu's
     frontier (weakest 90 % fitted, 40 items) the plain fit put the strongest models 2.9 points low on
     average, the corrected one 1.0 (docs/results/frontier.md, round 8). The noise is each model's
-    own binomial variance ``m (1 - m) / (n - 1)``, averaged; the reliability is floored at 0.5 so a
-    tiny or degenerate fitting set cannot blow the slope up.
+    own binomial variance ``m (1 - m) / (n - 1)``, averaged (an upper bound where item scores are not
+    0/1, so the correction then errs steep); the reliability is floored at 0.5 so a tiny or degenerate
+    fitting set cannot blow the slope up.
     """
     slope = float(np.polyfit(means, scores, 1)[0])
     noise = np.mean(means * (1 - means)) / max(n_items - 1, 1)
@@ -130,9 +131,9 @@ def probe_estimate(probe: dict[str, Any], means: np.ndarray) -> np.ndarray:
 def probe_reason(probe: dict[str, Any], estimate: float, predicted: float) -> str:
     """Why a model is flagged by the probe, in words a person reads."""
     return (f"{PROBE_REASON} {len(probe['item_ids'])} random items put it at {100 * estimate:.1f}, "
-            f"{100 * (estimate - predicted):.1f} points above its anchors' {100 * predicted:.1f} (more than "
-            f"{100 * probe['threshold']:.1f}, what they disagree by on {100 * probe['threshold_quantile']:g} % of "
-            "the calibration models at the top): these anchors may under-estimate it; predicted halfway between, "
+            f"{100 * (estimate - predicted):.1f} points above its anchors' {100 * predicted:.1f} (on "
+            f"{100 * probe['threshold_quantile']:g} % of the calibration models at the top the two stay within "
+            f"{100 * probe['threshold']:.1f}): these anchors may under-estimate it; predicted halfway between, "
             "the interval reaching from the anchors' lower side to the probe's upper side")
 
 

@@ -225,3 +225,23 @@ def test_predict_uses_the_probe_only_at_its_level_and_with_half_its_items_answer
     narrow = apply_probe(probe, _guarded([0.65], [()]), np.array([[1.0, 1, 1, 0]]))[0]
     assert narrow.upper[0] == pytest.approx(0.79) and narrow.halfwidth[0] == pytest.approx((0.79 - 0.63) / 2)
     assert apply_probe(probe, g, None)[1] == [[], warns[3], warns[3], warns[3], []]
+
+
+def test_fit_refuses_a_probe_it_cannot_draw_before_fitting(tmp_path: Path, capsys) -> None:
+    """A joint predictor has no probe, and a probe cannot take more items than the anchors leave: both
+    refused with the reason, nothing written."""
+    out = tmp_path / "p"
+    assert main(["fit", "--data", str(OPENLLM_DIR), "--method", "sparseeval-joint", "--benchmark", "arc,mmlu",
+                 "--probe", "10", "--out", str(out)]) == 2
+    assert "--probe is for single-benchmark predictors" in capsys.readouterr().err
+    data = tmp_path / "toy"
+    data.mkdir()
+    models, items = [f"org/m{i}" for i in range(40)], [f"q{j}" for j in range(12)]
+    rng = np.random.default_rng(0)
+    pl.DataFrame({"model": np.repeat(models, len(items)), "benchmark": "toy", "item_id": items * len(models),
+                  "score": rng.integers(0, 2, len(models) * len(items)).astype(float)}).write_parquet(
+                      data / "responses.parquet")
+    assert main(["fit", "--data", str(data), "--benchmark", "toy", "-k", "8", "--probe", "5", "--out", str(out)]) == 2
+    assert "--probe 5: benchmark 'toy' has 12 items, 8 of them anchors; a probe can draw at most 4" in \
+        capsys.readouterr().err
+    assert not out.exists()
