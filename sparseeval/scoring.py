@@ -135,19 +135,20 @@ def anchor_matrix(artifact: PredictorArtifact, answers: pl.DataFrame) -> tuple[l
 
     Raises ``ValueError`` when the answers hold nothing for the benchmark or repeat an item.
     """
+    models, X, _ = answer_matrices(artifact, answers, probe=False)
+    return models, X
+
+
+def answer_matrices(artifact: PredictorArtifact, answers: pl.DataFrame, *,
+                    probe: bool = True) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    """:func:`anchor_matrix`, and the same models' answers to the predictor's probe items
+    (:mod:`sparseeval.probe`; None without a probe, or with ``probe=False``), from one read of ``answers``."""
     rows = _answer_rows(artifact, answers)
     models = rows.get_column("model").unique(maintain_order=True).to_list()
     benches = [a.benchmark or artifact.benchmark for a in artifact.anchors]
-    return models, _item_matrix(rows, models, benches, artifact.anchor_item_ids)
-
-
-def probe_matrix(artifact: PredictorArtifact, answers: pl.DataFrame, models: list[str]) -> np.ndarray | None:
-    """``models``' answers to the predictor's probe items (:mod:`sparseeval.probe`); None without a probe."""
-    probe = artifact.extra.get("probe")
-    if not probe:
-        return None
-    items = probe["item_ids"]
-    return _item_matrix(_answer_rows(artifact, answers), models, [artifact.benchmark] * len(items), items)
+    X = _item_matrix(rows, models, benches, artifact.anchor_item_ids)
+    items = (artifact.extra.get("probe") or {}).get("item_ids") if probe else None
+    return models, X, None if not items else _item_matrix(rows, models, [artifact.benchmark] * len(items), items)
 
 
 def output_calibration(calibration: dict[str, Any], name: str) -> dict[str, Any]:
@@ -215,9 +216,9 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
         train_range = (artifact.train_models.get("score_min"), artifact.train_models.get("score_max"))
         if artifact.is_joint:
             train_range = tuple(artifact.train_models.get("score_range", {}).get(name) or [None, None])
-        above = [[c.warning for c in failed if c.output == name and guarded[c.scored_by].pred[i] > c.cut]
-                 + probe_warns[i] for i in range(len(models))]
-        per_output.append(_rows(artifact, name, models, g, answered, train_range, above))
+        more = [[c.warning for c in failed if c.output == name and guarded[c.scored_by].pred[i] > c.cut]
+                + probe_warns[i] for i in range(len(models))]
+        per_output.append(_rows(artifact, name, models, g, answered, train_range, more))
     # per model: its benchmarks in order (a joint predictor's mean last)
     return [rows[i] for i in range(len(models)) for rows in per_output]
 
@@ -254,8 +255,7 @@ def predict(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.Data
     A joint predictor (``sparseeval-joint``) returns one row per benchmark plus one for ``mean``.
     """
     artifact = _as_artifact(artifact_or_folder)
-    models, X = anchor_matrix(artifact, answers)
-    return _predict_matrix(artifact, models, X, probe_matrix(artifact, answers, models))
+    return _predict_matrix(artifact, *answer_matrices(artifact, answers))
 
 
 def compare(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.DataFrame,
@@ -269,7 +269,7 @@ def compare(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.Data
     if artifact.is_joint:
         raise UsageError("compare works on single-benchmark predictors; a joint predictor's intervals are "
                          "per benchmark (use predict)")
-    models, X = anchor_matrix(artifact, answers)
+    models, X, P = answer_matrices(artifact, answers)
     for m in (model_a, model_b):
         if m not in models:
             raise UsageError(f"model {m!r} has no answers for benchmark {artifact.benchmark!r} "
@@ -277,7 +277,6 @@ def compare(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.Data
     if model_a == model_b:
         raise UsageError("compare needs two different models")
     rows = [models.index(model_a), models.index(model_b)]
-    P = probe_matrix(artifact, answers, models)
     pa, pb = _predict_matrix(artifact, [model_a, model_b], X[rows], None if P is None else P[rows])
     half = cal.pair_halfwidth(pa.k - pa.n_anchors, pb.k - pb.n_anchors, artifact.calibration)
     diff = pa.predicted - pb.predicted
@@ -419,7 +418,7 @@ def probe_for(art: PredictorArtifact, matrix: ResponseMatrix, split: Split, n: i
     means = probe_means(matrix.values[:, cols], matrix.observed[:, cols])
     fit_rows = np.concatenate([split.train, split.val])
     X_cal = matrix.with_nan_at(split.test, art.estimator.anchors_)
-    enough = (~np.isnan(X_cal)).sum(axis=1) * 2 >= art.k  # as predict: at least half the anchors answered
+    enough = np.setdiff1d(np.arange(split.test.size), _short_rows(art, X_cal))  # those predict would score
     cal_rows = split.test[enough]
     pred_cal = np.array([p.predicted for p in _predict_matrix(art, [matrix.models[i] for i in cal_rows],
                                                               X_cal[enough])])
