@@ -302,6 +302,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("probe-never-asked", "a model at the probe level without its answers gets no word to run it",
            (("sparseeval/probe.py", "[probe_request(probe)] if at_top[i] and np.isnan(est[i]) else []", "[]"),),
            (PROBE,)),
+    Mutant("next-done-before-probe", "`next` calls a model done when its anchors are, at the probe level too",
+           (("sparseeval/commands/next.py", "probe_due=due if probe else None", "probe_due=None"),),
+           (PROBE,)),
     # the served mode
     Mutant("port-probe-without-reuseaddr", "the free-port probe binds without SO_REUSEADDR (TIME_WAIT counts as used)",
            (("sparseeval/serve/bootstrap.py", "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n", ""),),

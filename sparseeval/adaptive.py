@@ -17,15 +17,17 @@ precomputed, for planning and tables).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sparseeval import calibration as cal
+from sparseeval.artifact import AnchorInfo
 from sparseeval.errors import UsageError
 from sparseeval.methods.base import AnchorEstimator, impute
 from sparseeval.methods.joint import forward_order
+from sparseeval.probe import probe_items
 
 if TYPE_CHECKING:
     from sparseeval.artifact import PredictorArtifact
@@ -87,7 +89,8 @@ def is_prefix(observed: np.ndarray, order: list[int]) -> bool:
 
 @dataclass(frozen=True)
 class NextStep:
-    """What a model should run next: nothing (target met / all answered) or the next anchors."""
+    """What a model should run next: nothing (target met / all answered), the next anchors, or the
+    probe's items."""
 
     model: str
     n_answered: int
@@ -96,21 +99,28 @@ class NextStep:
     halfwidth: float | None  #: interval half-width in [0, 1] units (None: nothing answered)
     done: bool
     reason: str
-    next_positions: tuple[int, ...]
-    next_item_ids: tuple[str, ...]
-    next_benchmarks: tuple[str, ...]
+    items: tuple[AnchorInfo, ...]  #: what to run next (a probe item's position is -1: not a predictor input)
+
+    @property
+    def next_item_ids(self) -> tuple[str, ...]:
+        return tuple(a.item_id for a in self.items)
+
+    @property
+    def next_benchmarks(self) -> tuple[str | None, ...]:
+        return tuple(a.benchmark for a in self.items)
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "n_answered": self.n_answered, "k": self.k, "predicted": self.predicted,
                 "halfwidth": self.halfwidth, "done": self.done, "reason": self.reason,
-                "next": [{"position": p, "item_id": i, "benchmark": b} for p, i, b in
-                         zip(self.next_positions, self.next_item_ids, self.next_benchmarks, strict=True)]}
+                "next": [{"position": a.position if a.position >= 0 else None, "item_id": a.item_id,
+                          "benchmark": a.benchmark, "probe": a.position < 0} for a in self.items]}
 
 
 def next_anchors(artifact: PredictorArtifact, models: list[str], X: np.ndarray, halfwidths: np.ndarray | None,
                  predicted: np.ndarray | None, *, batch: int = 10,
                  target_width: float | None = None,
-                 flags: list[tuple[str, ...]] | None = None) -> list[NextStep]:
+                 flags: list[tuple[str, ...]] | None = None,
+                 probe_due: list[str | None] | None = None) -> list[NextStep]:
     """The next ``batch`` anchors (in the artifact's order, never one already answered) per model,
     or ``done`` when its half-width is at most ``target_width`` (in [0, 1] units) or all are answered.
 
@@ -118,11 +128,14 @@ def next_anchors(artifact: PredictorArtifact, models: list[str], X: np.ndarray, 
     half-width and prediction per model (NaN for a model with nothing answered); ``flags``: the
     guard's reasons per model (:mod:`sparseeval.frontier`). A flagged model is never done early: its
     interval may not hold, so a narrow one meets no target; it runs the next anchors, and the reason says
-    why.
+    why. ``probe_due``: per model, why it should answer the predictor's probe (:mod:`sparseeval.probe`;
+    None: it need not). Such a model is not done when its anchors are: the probe's items come next, all
+    of them at once (the probe's check is calibrated on its whole mean, so a batch of it says nothing).
     """
     if batch < 1:
         raise UsageError(f"batch must be at least 1, got {batch}")
     order = order_of(artifact)
+    probe = probe_items(artifact) if probe_due is not None and any(probe_due) else []
     out = []
     for i, model in enumerate(models):
         answered = ~np.isnan(X[i])
@@ -144,8 +157,13 @@ def next_anchors(artifact: PredictorArtifact, models: list[str], X: np.ndarray, 
                       f"half-width {100 * half:.2f} points" if half is not None else "")
             if target_width is not None and half is not None:
                 reason += f" > target {100 * target_width:.2f}"
-        anchors = [artifact.anchors[p] for p in nxt]
-        out.append(NextStep(model, n, artifact.k, pred, half, not nxt, reason, tuple(nxt),
-                            tuple(a.item_id for a in anchors),
-                            tuple(a.benchmark or artifact.benchmark for a in anchors)))
+        items = tuple(_with_benchmark(artifact, artifact.anchors[p]) for p in nxt)
+        if not nxt and probe_due is not None and probe_due[i]:
+            reason, items = f"{reason}; but {probe_due[i]}", tuple(probe)
+        out.append(NextStep(model, n, artifact.k, pred, half, not items, reason, items))
     return out
+
+
+def _with_benchmark(artifact: PredictorArtifact, a: AnchorInfo) -> AnchorInfo:
+    """``a`` naming its benchmark (a single-benchmark predictor's anchors leave it to the predictor)."""
+    return a if a.benchmark is not None else replace(a, benchmark=artifact.benchmark)

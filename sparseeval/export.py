@@ -20,6 +20,7 @@ from sparseeval.artifact import AnchorInfo, PredictorArtifact
 from sparseeval.atomic import atomic_write, atomic_write_text
 from sparseeval.benchmarks import default_n_shot, split_variant
 from sparseeval.errors import UsageError
+from sparseeval.probe import probe_items
 
 FORMATS = ("lm-eval", "csv")
 
@@ -31,15 +32,6 @@ def selected_anchors(art: PredictorArtifact, first: int | None = None) -> list[A
     if first < 1:
         raise UsageError(f"--first must be at least 1, got {first}")
     return [art.anchors[p] for p in order_of(art)[:first]]
-
-
-def probe_items(art: PredictorArtifact) -> list[AnchorInfo]:
-    """The predictor's probe items, where a model runs them (position and column -1: not predictor inputs)."""
-    probe = art.extra.get("probe")
-    if not probe:
-        raise UsageError(f"the predictor for {art.benchmark!r} has no probe (fit it with `sparseeval fit --probe N`)")
-    return [AnchorInfo(-1, -1, item, task, doc) for item, (task, doc) in zip(probe["item_ids"], probe["locations"],
-                                                                            strict=True)]
 
 
 def exported_items(art: PredictorArtifact, first: int | None = None, probe: bool = False) -> list[AnchorInfo]:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from sparseeval.artifact import AnchorInfo, PredictorArtifact
 from sparseeval.calibration import conformal_quantile
 from sparseeval.errors import UsageError
 from sparseeval.frontier import Guarded, opens_upward
@@ -54,6 +55,16 @@ def draw_probe_items(n_items: int, anchor_columns: np.ndarray, n: int, seed: int
     if n > pool.size:
         raise UsageError(f"a probe of {n} items is more than the {pool.size} items that are not anchors")
     return np.sort(np.random.default_rng(seed).choice(pool, size=n, replace=False))
+
+
+def probe_items(artifact: PredictorArtifact) -> list[AnchorInfo]:
+    """The predictor's probe items, where a model runs them (position and column -1: not predictor inputs)."""
+    probe = artifact.extra.get("probe")
+    if not probe:
+        raise UsageError(f"the predictor for {artifact.benchmark!r} has no probe "
+                         "(fit it with `sparseeval fit --probe N`)")
+    return [AnchorInfo(-1, -1, item, task, doc, artifact.benchmark)
+            for item, (task, doc) in zip(probe["item_ids"], probe["locations"], strict=True)]
 
 
 def probe_means(values: np.ndarray, observed: np.ndarray) -> np.ndarray:
@@ -154,11 +165,10 @@ def probe_selfcheck_line(check: dict[str, Any] | None) -> str | None:
             f"missed silently {100 * float(alone['silent_misses']):.1f} %)")
 
 
-def probe_request(probe: dict[str, Any]) -> str:
-    """The warning of a model at the probe level that did not answer the probe's items."""
+def probe_request(probe: dict[str, Any], how: str = "(`sparseeval export --probe`) and predict again") -> str:
+    """The warning of a model at the probe level that did not answer the probe's items (``how``: what to do)."""
     return (f"predicted at the top of its calibration models (>= {100 * probe['level']:.1f}), where anchors alone "
-            f"miss stronger models: answer the probe's {len(probe['item_ids'])} items too "
-            "(`sparseeval export --probe`) and predict again")
+            f"miss stronger models: answer the probe's {len(probe['item_ids'])} items too {how}")
 
 
 def apply_probe(probe: dict[str, Any], g: Guarded, answers: np.ndarray | None) -> tuple[Guarded, list[list[str]]]:

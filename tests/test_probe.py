@@ -170,6 +170,42 @@ def test_export_gives_the_probe_items_where_lm_eval_runs_them(mmlu_frontier, tmp
     assert "--probe apply to --format lm-eval and csv" in capsys.readouterr().err
 
 
+@needs_real_data
+def test_next_asks_for_the_probe_once_the_anchors_are_done_then_checks_it(mmlu_frontier, tmp_path: Path,
+                                                                            capsys) -> None:
+    """``next`` follows ``predict``: a model whose anchors put it at the probe level is not done when its
+    anchors are; the probe's items (all of them, with their lm-eval locations) come next. With their
+    answers it is done, flagged or not as ``predict`` says; a model below the level is done at once."""
+    folder, meta, answers, _, _, _ = mmlu_frontier
+    probe = meta["extra"]["probe"]
+    anchors = [a["item_id"] for a in meta["anchors"]]
+    with_probe = _predict_json(folder, answers, tmp_path / "all.csv", capsys)
+    sheet, plan, samples = tmp_path / "anchors.csv", tmp_path / "plan.json", tmp_path / "next.json"
+    answers.filter(pl.col("item_id").is_in(anchors)).write_csv(sheet)
+    assert main(["next", "--predictor", str(folder), "--answers", str(sheet), "--json", str(plan),
+                 "--samples", str(samples)]) == 0
+    steps = {s["model"]: s for s in json.loads(plan.read_text())}
+    asked = [m for m, s in steps.items() if not s["done"]]
+    assert asked and all(steps[m]["predicted"] >= probe["level"] for m in asked)
+    for m in asked:
+        assert [n["item_id"] for n in steps[m]["next"]] == probe["item_ids"]
+        assert all(n["probe"] and n["position"] is None for n in steps[m]["next"])
+        assert steps[m]["reason"].startswith("all anchors answered")
+        assert "; but predicted at the top of its calibration models" in steps[m]["reason"]
+    written = json.loads(samples.read_text())
+    assert sorted((t, d) for t, docs in written.items() for d in docs) == sorted(map(tuple, probe["locations"]))
+    below = [m for m, s in steps.items() if s["predicted"] < probe["level"]]
+    assert below and all(steps[m]["done"] and steps[m]["next"] == [] for m in below)
+    # with the probe's answers too: done, and flagged by the probe exactly where predict flags
+    answers.write_csv(sheet)
+    assert main(["next", "--predictor", str(folder), "--answers", str(sheet), "--json", str(plan)]) == 0
+    steps = {s["model"]: s for s in json.loads(plan.read_text())}
+    assert all(s["done"] for s in steps.values())
+    assert {m for m, s in steps.items() if "flagged: the probe's" in s["reason"]} == \
+        {m for m, r in with_probe.items() if _probe_flagged(r) and len(r["ood_reasons"]) == 1}
+    assert all(s["predicted"] == pytest.approx(with_probe[m]["predicted"]) for m, s in steps.items())
+
+
 def test_export_probe_refuses_a_predictor_without_one(tmp_path: Path, capsys) -> None:
     toy = Path(__file__).parent / "fixtures" / "predictor_v1" / "toy-mlp"
     out = tmp_path / "x.csv"

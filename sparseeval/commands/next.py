@@ -4,8 +4,9 @@ Adaptive anchors: run the first batch (``sparseeval export --first N``), then as
 answers so far. It predicts from what was answered (the interval is calibrated for exactly that
 prefix), and either says the target half-width is met or lists the next ``--batch`` anchors in the
 predictor's order (never one already answered). ``--samples OUT`` writes them as an lm-eval
-``--samples`` file. For a joint predictor the target applies to the mean score unless ``--output``
-names a benchmark.
+``--samples`` file. A predictor with a probe (``fit --probe N``) then proposes the probe's items to a
+model its anchors put at the top, and checks it with their answers as ``predict`` does. For a joint
+predictor the target applies to the mean score unless ``--output`` names a benchmark.
 
     sparseeval next --predictor DIR --answers RUN_DIR --batch 10 --target-width 2
 """
@@ -31,7 +32,8 @@ from sparseeval.commands.predict import add_predictor_arguments, load_predictors
 from sparseeval.errors import UsageError
 from sparseeval.frontier import carry_overall, guarded_predictions
 from sparseeval.methods.joint import MEAN
-from sparseeval.scoring import anchor_matrix, prediction_outputs
+from sparseeval.probe import apply_probe, probe_request
+from sparseeval.scoring import answer_matrices, prediction_outputs
 
 DESCRIPTION = """\
 Adaptive anchors: which anchors a model should run next, or that its interval is narrow enough.
@@ -40,8 +42,9 @@ Run the first batch of a predictor's anchors (`sparseeval export --first N`), th
 the answers so far. It predicts from what was answered (the interval is calibrated for exactly that
 prefix of the predictor's order) and either says the target half-width is met, or lists the next
 --batch anchors in the predictor's order (never one already answered). --samples writes them as an
-lm-eval --samples file. For a joint predictor the target is about the mean score unless --output
-names a benchmark.
+lm-eval --samples file. With a predictor fitted with --probe, a model whose anchors are done but put it
+at the top is asked the probe's items next (all of them), then checked by them as predict does. For a
+joint predictor the target is about the mean score unless --output names a benchmark.
 
 example:
   sparseeval next --predictor DIR --answers run/ --batch 10 --target-width 2 --samples next.json"""
@@ -56,9 +59,9 @@ def plan(artifact: PredictorArtifact, answers: pl.DataFrame, *, batch: int = 10,
     """
     relevant = answers.filter(pl.col("benchmark").is_in(artifact.benchmarks))
     if relevant.height:
-        names, X = anchor_matrix(artifact, relevant)
+        names, X, P = answer_matrices(artifact, relevant)
     else:
-        names, X = [], np.zeros((0, artifact.k), dtype=np.float32)
+        names, X, P = [], np.zeros((0, artifact.k), dtype=np.float32), None
     extra = [m for m in (models or []) if m not in names]
     names = names + extra
     X = np.concatenate([X, np.full((len(extra), artifact.k), np.nan, dtype=np.float32)])
@@ -69,16 +72,23 @@ def plan(artifact: PredictorArtifact, answers: pl.DataFrame, *, batch: int = 10,
     pred = np.full(len(names), np.nan)
     half = np.full(len(names), np.nan)
     why: list[tuple[str, ...]] = [() for _ in names]
+    probe = None if artifact.is_joint else artifact.extra.get("probe")
+    due: list[str | None] = [None for _ in names]
     some = np.flatnonzero((~np.isnan(X)).any(axis=1))
     if some.size:
         # a joint predictor's output carries its mean's upward flags, as predict gives them
         needed = {want, MEAN} if artifact.is_joint else {want}
         guarded = {name: guarded_predictions(*outputs[name], X[some]) for name in needed}
         g = (carry_overall(guarded, MEAN) if artifact.is_joint else guarded)[want]
+        if probe:  # as predict: the probe checks a model at its level, or asks for its items
+            g, asks = apply_probe(probe, g, None if P is None else P[some])
+            for j, i in enumerate(some):
+                due[i] = probe_request(probe, "(`--samples` writes them), then ask again") if asks[j] else None
         pred[some], half[some] = g.pred, g.halfwidth
         for j, i in enumerate(some):
             why[i] = g.reasons[j]
-    return next_anchors(artifact, names, X, half, pred, batch=batch, target_width=target_width, flags=why)
+    return next_anchors(artifact, names, X, half, pred, batch=batch, target_width=target_width, flags=why,
+                        probe_due=due if probe else None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,8 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if args.samples:
         merged: dict[str, set[int]] = {}
         for s in steps:
-            for pos in s.next_positions:
-                a = artifact.anchors[pos]
+            for a in s.items:
                 if a.task is not None and a.doc_id is not None:
                     merged.setdefault(a.task, set()).add(int(a.doc_id))
         text = json.dumps({t: sorted(d) for t, d in sorted(merged.items())}, indent=1) + "\n"
