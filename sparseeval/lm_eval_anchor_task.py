@@ -3,8 +3,8 @@
 :class:`AnchorTask` is the harness's own :class:`~lm_eval.api.task.ConfigurableTask`, built from the
 config lm-eval itself loads for the predictor's task (prompt, choices, splits, few-shot source, metrics,
 filters: nothing retyped), with four changes: its name, the predictor's few-shot count, only the
-predictor's filter, and its documents (exactly the anchors, each carrying its index among the task's
-documents). Per document it computes the harness's own metrics and keeps the predictor's one.
+predictor's filter, and its documents (exactly the anchors, and the probe's items when exported with
+``--probe``, each carrying its index among the task's documents). Per document it computes the harness's own metrics and keeps the predictor's one.
 
 The estimate needs every anchor of a predictor, and a benchmark's anchors may sit in several tasks
 (MMLU's subjects, a joint predictor's benchmarks), while lm-eval aggregates each task on its own.
@@ -188,6 +188,7 @@ def _predict(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
     import polars as pl
 
     from sparseeval.methods.joint import MEAN
+    from sparseeval.probe import probe_items
     from sparseeval.scoring import predict
 
     out: dict[str, dict[str, float]] = {}
@@ -196,7 +197,9 @@ def _predict(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
         by_predictor.setdefault((entry["predictor"], entry["hash"]), []).append(entry)
     for (folder, digest), entries in by_predictor.items():
         art = _predictor(folder, digest)
-        where = {(a.task, a.doc_id): (a.benchmark or art.benchmark, a.item_id) for a in art.anchors}
+        # the anchors, and the probe's items where the predictor has a probe (run when exported with --probe)
+        items = [*art.anchors, *(probe_items(art) if art.extra.get("probe") else [])]
+        where = {(a.task, a.doc_id): (a.benchmark or art.benchmark, a.item_id) for a in items}
         rows = [(*where[(e["task"], doc)], value) for e in entries for doc, value in e["docs"].items()
                 if (e["task"], doc) in where]
         answers = pl.DataFrame(rows, schema={"benchmark": pl.String, "item_id": pl.String, "score": pl.Float64},

@@ -12,7 +12,9 @@ The folder, for ``lm_eval --include_path DIR --tasks sparseeval_<benchmark>``, h
 A leaf YAML names no prompt, split or metric of its own: it names the harness task and the
 predictor's settings (n-shot, metric, filter), and its ``class`` (:class:`sparseeval.lm_eval_anchor_task.AnchorTask`)
 takes everything else from lm-eval's own config of that task when lm-eval loads it. Its documents are
-exactly the anchors. Every leaf reports ``estimate`` (the predicted full-benchmark score),
+exactly the anchors (with ``--probe``, and the predictor's probe items: every model runs them, since a
+task cannot ask for them only where the anchors put a model at the top; the estimate uses them exactly
+where ``predict`` would, and ``anchor_accuracy`` then covers both). Every leaf reports ``estimate`` (the predicted full-benchmark score),
 ``estimate_lower``/``estimate_upper`` (the interval), ``ood`` (1 when the answers are unlike the training
 models') and ``anchor_accuracy`` (the anchors' raw score); a group averages them over its leaves, which
 all report their benchmark's same estimate (so the average is that estimate) and weights the raw
@@ -39,6 +41,7 @@ from sparseeval.artifact import LEGACY_STATE_FILE, META_FILE, STATE_FILE, Predic
 from sparseeval.atomic import atomic_folder
 from sparseeval.benchmarks import default_n_shot, split_variant
 from sparseeval.errors import UsageError
+from sparseeval.probe import probe_items
 from sparseeval.readers.anchor_runs import DOC_FIELD, RAW_KEY  # noqa: F401  (the task's document field and metric)
 
 PREFIX = "sparseeval"
@@ -94,8 +97,9 @@ def _default_metric(base: str) -> str | None:
     return names[0] if names else None
 
 
-def _plan(artifacts: Sequence[PredictorArtifact]) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
-    """(top task name, leaf specs, group specs) of an export."""
+def _plan(artifacts: Sequence[PredictorArtifact],
+          probe: bool = False) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(top task name, leaf specs, group specs) of an export (``probe``: the probe's items run too)."""
     several = sum(len(a.benchmarks) for a in artifacts) > 1
     single_joint = len(artifacts) == 1 and artifacts[0].is_joint
     top = task_name(PREFIX, "joint") if single_joint else PREFIX if several else \
@@ -106,21 +110,25 @@ def _plan(artifacts: Sequence[PredictorArtifact]) -> tuple[str, list[dict[str, A
     used: set[str] = set()
     for art in artifacts:
         folder = task_name(art.benchmark)
-        unplaced = [a.item_id for a in art.anchors if a.task is None or a.doc_id is None]
+        extra = probe_items(art) if probe else []
+        unplaced = [a.item_id for a in [*art.anchors, *extra] if a.task is None or a.doc_id is None]
         if unplaced:
-            raise UsageError(f"predictor for {art.benchmark!r} has anchors without an lm-eval task/doc id "
-                             f"({', '.join(unplaced[:5])}): it cannot be exported as an lm-eval task")
+            raise UsageError(f"predictor for {art.benchmark!r} has {'items' if extra else 'anchors'} without an "
+                             f"lm-eval task/doc id ({', '.join(unplaced[:5])}): it cannot be exported as an "
+                             "lm-eval task")
+        run = [*art.anchors, *extra]
         for bench in art.benchmarks:
             entry = task_name(PREFIX, "joint", bench) if art.is_joint else task_name(PREFIX, bench)
             if entry in used:
                 raise UsageError(f"two predictors export benchmark {bench!r}: export them separately")
             used.add(entry)
-            tasks = sorted({a.task for a in art.anchors if (a.benchmark or art.benchmark) == bench})  # type: ignore[type-var]
+            tasks = sorted({a.task for a in run if (a.benchmark or art.benchmark) == bench})  # type: ignore[type-var]
             names = [entry] if len(tasks) == 1 else [f"{entry}__{task_name(t)}" for t in tasks]
             for name, task in zip(names, tasks, strict=True):
-                docs = sorted(int(a.doc_id) for a in art.anchors  # type: ignore[arg-type]
+                docs = sorted(int(a.doc_id) for a in run  # type: ignore[arg-type]
                               if a.task == task and (a.benchmark or art.benchmark) == bench)
-                leaves.append({"name": name, "benchmark": bench, "base_task": task, "doc_ids": docs,
+                probed = {"probe_doc_ids": sorted(int(a.doc_id) for a in extra if a.task == task)} if probe else {}
+                leaves.append({"name": name, "benchmark": bench, "base_task": task, "doc_ids": docs, **probed,
                                "predictor": f"predictors/{folder}", "predictor_hash": art.content_hash,
                                **leaf_settings(art, bench)})
             if len(tasks) > 1:
@@ -136,8 +144,8 @@ def _leaf_yaml(leaf: dict[str, Any], export: str, leaves: list[str], mean_keys: 
     spec = {"export": export, "leaves": leaves, "mean_keys": list(mean_keys),
             "include_path": [str(Path(p).resolve()) for p in include_paths],
             "export_dir": str(out.resolve()),
-            **{k: leaf[k] for k in ("benchmark", "base_task", "doc_ids", "num_fewshot", "metric", "filter",
-                                    "predictor", "predictor_hash")}}
+            **{k: leaf[k] for k in ("benchmark", "base_task", "doc_ids", "probe_doc_ids", "num_fewshot", "metric",
+                                    "filter", "predictor", "predictor_hash") if k in leaf}}
     return {"task": leaf["name"], "class": _Function(TASK_CLASS), "metadata": {"version": 1, "sparseeval": spec}}
 
 
@@ -157,16 +165,18 @@ def _copy_predictor(art: PredictorArtifact, dest: Path) -> None:
 
 
 def write_task_folder(artifacts: Sequence[PredictorArtifact], out: str | Path,
-                      include_paths: Sequence[Path] = ()) -> WrittenTask:
+                      include_paths: Sequence[Path] = (), probe: bool = False) -> WrittenTask:
     """Write the lm-eval task folder for ``artifacts`` to ``out`` (atomically: built beside it and moved
-    into place). An existing ``out`` is replaced only if an earlier export wrote it."""
+    into place). An existing ``out`` is replaced only if an earlier export wrote it. ``probe``: every
+    model also runs the predictors' probe items (lm-eval cannot ask for them only where the anchors put a
+    model at the top), and the estimate uses them exactly where ``predict`` would."""
     if not artifacts:
         raise UsageError("nothing to export: no predictor given")
     out = Path(out)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).is_file())):
         raise UsageError(f"--out {out}: exists and was not written by `sparseeval export --format lm-eval-task`; "
                          "give a new folder")
-    top, leaves, groups = _plan(artifacts)
+    top, leaves, groups = _plan(artifacts, probe)
     mean_keys = next((g["keys"] for g in groups if g["name"] == top), [])
     names = [leaf["name"] for leaf in leaves]
     def fill(tmp: Path) -> None:

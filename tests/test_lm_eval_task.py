@@ -30,10 +30,9 @@ TASKS = ("sparse_toy_mc", "sparse_toy_mc2")
 N_DOCS, K = 40, 6
 
 
-def leaderboard(folder: Path) -> None:
-    """300 models on both toy tasks' 40 documents (item ids = doc indices), 2PL; scores = row means."""
+def leaderboard(folder: Path, n: int = 300) -> None:
+    """``n`` models on both toy tasks' 40 documents (item ids = doc indices), 2PL; scores = row means."""
     rng = np.random.default_rng(4)
-    n = 300
     theta = rng.normal(0, 1.2, n)
     frames = []
     for t, task in enumerate(TASKS):
@@ -80,25 +79,32 @@ def test_lm_eval_prints_the_estimate_of_predict(tmp_path: Path) -> None:
     singles = {t: tmp_path / "pred" / t for t in TASKS}
     for task, folder in singles.items():
         assert main([*fit, "--benchmark", task, "--method", "sparseeval-linear", "--out", str(folder)]) == 0
+    # the single benchmark's own predictor with a probe (its threshold needs 30 calibration models at the top)
+    leaderboard(tmp_path / "more", n=1000)
+    probed = tmp_path / "pred" / "probed"
+    assert main([*fit[:2], str(tmp_path / "more"), *fit[3:], "--benchmark", TASKS[0], "--method", "sparseeval-linear",
+                 "--probe", "10", "--out", str(probed)]) == 0
     joint = tmp_path / "pred" / "joint"
     assert main([*fit, "--benchmark", ",".join(TASKS), "--method", "sparseeval-joint", "--out", str(joint),
                  "--seed", "1"]) == 0
     include = ["--format", "lm-eval-task", "--lm-eval-include", str(TASK_DIR)]
     tasks = tmp_path / "tasks"
-    assert main(["export", "--predictor", str(singles[TASKS[0]]), *include, "--out", str(tasks / "one")]) == 0
+    assert main(["export", "--predictor", str(probed), *include, "--probe", "--out", str(tasks / "one")]) == 0
     assert main(["export", "--predictor", str(joint), *include, "--out", str(tasks / "joint")]) == 0
     assert main(["export", *[a for f in singles.values() for a in ("--predictor", str(f))], *include,
                  "--out", str(tmp_path / "several")]) == 0
 
-    # one benchmark
+    # one benchmark, exported with its probe: the run holds exactly the anchors and the probe's items,
+    # and predict reads both back from the run's samples
     results = lm_eval(tmp_path, tasks / "one", "sparseeval_sparse_toy_mc", tmp_path / "run1")
     run = next((tmp_path / "run1").iterdir())
     [samples] = run.glob("samples_sparseeval_sparse_toy_mc_*.jsonl")
     docs = sorted(json.loads(line)["doc"]["sparseeval_doc_id"] for line in samples.read_text().splitlines())
-    anchors = json.loads((singles[TASKS[0]] / "predictor.json").read_text())["anchors"]
-    assert docs == sorted(a["doc_id"] for a in anchors)  # exactly the anchors
-    one = predicted(tmp_path, [singles[TASKS[0]]], run)
+    meta = json.loads((probed / "predictor.json").read_text())
+    assert docs == sorted([a["doc_id"] for a in meta["anchors"]] + [d for _, d in meta["extra"]["probe"]["locations"]])
+    one = predicted(tmp_path, [probed], run)
     same(results, "sparseeval_sparse_toy_mc", one["sparse_toy_mc"])
+    assert one["sparse_toy_mc"]["n_anchors"] == K
 
     # the joint predictor: a group of one task per benchmark, and the joint's own mean with its interval
     results = lm_eval(tmp_path, tasks / "joint", "sparseeval_joint", tmp_path / "run3")

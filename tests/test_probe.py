@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+import yaml
 
 from sparseeval.cli import main
 from sparseeval.errors import UsageError
@@ -164,10 +165,42 @@ def test_export_gives_the_probe_items_where_lm_eval_runs_them(mmlu_frontier, tmp
     assert main(["export", "--predictor", str(folder), "--format", "model-card", "--out", str(card_file)]) == 0
     card = card_file.read_text()
     assert "## Probe" in card and f"answer the probe's {PROBE_N} random items" in card
-    capsys.readouterr()
+
+
+@needs_real_data
+def test_the_lm_eval_task_folder_runs_the_probe_and_its_estimate_is_predicts(mmlu_frontier, tmp_path: Path,
+                                                                               capsys) -> None:
+    """``export --format lm-eval-task --probe``: the leaves run the anchors and the probe's items (new
+    leaves for subjects only the probe has), and the estimate lm-eval prints, computed from a run's
+    answers as the task class keeps them, is ``predict``'s, probe flag included."""
+    folder, meta, answers, _, _, _ = mmlu_frontier
+    probe = meta["extra"]["probe"]
+    tasks = tmp_path / "tasks"
     assert main(["export", "--predictor", str(folder), "--format", "lm-eval-task", "--probe", "--out",
-                 str(tmp_path / "tasks")]) == 2
-    assert "--probe apply to --format lm-eval and csv" in capsys.readouterr().err
+                 str(tasks)]) == 0
+    assert f"({len(meta['anchors'])} anchors and {PROBE_N} probe items of mmlu)" in capsys.readouterr().out
+    leaves = [yaml.safe_load(f.read_text().replace("!function", "")) for f in sorted(tasks.glob("*.yaml"))]
+    specs = [leaf["metadata"]["sparseeval"] for leaf in leaves if "class" in leaf]
+    run = sorted((s["base_task"], d) for s in specs for d in s["doc_ids"])
+    located = [(a["task"], a["doc_id"]) for a in meta["anchors"]] + [tuple(x) for x in probe["locations"]]
+    assert run == sorted(located)
+    assert sorted((s["base_task"], d) for s in specs for d in s["probe_doc_ids"]) == sorted(map(tuple,
+                                                                                               probe["locations"]))
+    pytest.importorskip("lm_eval")
+    from sparseeval.lm_eval_anchor_task import _predict
+
+    with_probe = _predict_json(folder, answers, tmp_path / "all.csv", capsys)
+    flagged = next(m for m, r in with_probe.items() if _probe_flagged(r))
+    where = {(a["task"], a["doc_id"]): a["item_id"] for a in meta["anchors"]} | {
+        tuple(loc): item for item, loc in zip(probe["item_ids"], probe["locations"], strict=True)}
+    mine = dict(answers.filter(pl.col("model") == flagged).select("item_id", "score").iter_rows())
+    registry = {s["base_task"]: {"task": s["base_task"], "predictor": str(tasks / s["predictor"]),
+                                 "hash": s["predictor_hash"],
+                                 "docs": {d: mine[where[(s["base_task"], d)]] for d in s["doc_ids"]}}
+                for s in specs}
+    estimate, row = _predict(registry)["mmlu"], with_probe[flagged]
+    assert (estimate["predicted"], estimate["lower"], estimate["upper"], estimate["ood"]) == pytest.approx(
+        (row["predicted"], row["lower"], row["upper"], 1.0), abs=1e-12)
 
 
 @needs_real_data

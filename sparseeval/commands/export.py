@@ -63,13 +63,14 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "lm-eval-task":
         from sparseeval.lm_eval_tasks import write_task_folder
 
-        if args.first is not None or args.probe:
-            raise UsageError("--first and --probe apply to --format lm-eval and csv (an lm-eval task runs every "
-                             "anchor and nothing else)")
+        if args.first is not None:
+            raise UsageError("--first applies to --format lm-eval and csv (an lm-eval task runs every anchor)")
 
-        written = write_task_folder(artifacts, args.out, include_paths=args.lm_eval_include)
+        written = write_task_folder(artifacts, args.out, include_paths=args.lm_eval_include, probe=args.probe)
         benches = ", ".join(b for a in artifacts for b in a.benchmarks)
-        print(f"wrote lm-eval task {written.name} ({sum(a.k for a in artifacts)} anchors of {benches}) to {args.out}")
+        probed = f" and {sum(len(a.extra['probe']['item_ids']) for a in artifacts)} probe items" if args.probe else ""
+        print(f"wrote lm-eval task {written.name} ({sum(a.k for a in artifacts)} anchors{probed} of {benches}) "
+              f"to {args.out}")
         print("next: run the anchors with lm-eval (it prints the estimate), then, if you like, the same here:")
         folder = shlex.quote(str(args.out))
         print(f"  lm_eval run --model hf --model_args pretrained=YOUR_MODEL --include_path {folder} "
@@ -110,7 +111,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "lm-eval and csv formats")
     p.add_argument("--probe", action="store_true",
                    help="the predictors' probe items too (`fit --probe`), for a model predicted at the top of the "
-                        "calibration models (predict asks for them); lm-eval and csv formats")
+                        "calibration models (predict asks for them); lm-eval-task: every model runs them, and the "
+                        "estimate uses them where predict would")
     p.add_argument("--lm-eval-include", type=Path, action="append", default=[], metavar="DIR",
                    help="lm-eval-task: a folder of your own lm-eval task configs that defines the predictor's "
                         "tasks, when they are not lm-eval's built-in ones; repeatable")

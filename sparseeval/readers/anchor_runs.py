@@ -15,7 +15,8 @@ from typing import Any
 
 #: the field each exported document carries: its index among the harness task's documents
 DOC_FIELD = "sparseeval_doc_id"
-#: the per-document metric value an exported task reports (also its anchors' raw accuracy)
+#: the per-document metric value an exported task reports (also its documents' raw accuracy: the anchors',
+#: and the probe's items' too when the task was exported with ``--probe``)
 RAW_KEY = "anchor_accuracy"
 
 #: what the rewritten run says about itself (read by the note for its partial aggregate)
