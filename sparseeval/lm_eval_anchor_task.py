@@ -4,7 +4,8 @@
 config lm-eval itself loads for the predictor's task (prompt, choices, splits, few-shot source, metrics,
 filters: nothing retyped), with four changes: its name, the predictor's few-shot count, only the
 predictor's filter, and its documents (exactly the anchors, and the probe's items when exported with
-``--probe``, each carrying its index among the task's documents). Per document it computes the harness's own metrics and keeps the predictor's one.
+``--probe``, each carrying its index among the task's documents). Per document it computes the
+harness's own metrics and keeps the predictor's one.
 
 The estimate needs every anchor of a predictor, and a benchmark's anchors may sit in several tasks
 (MMLU's subjects, a joint predictor's benchmarks), while lm-eval aggregates each task on its own.

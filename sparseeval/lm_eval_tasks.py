@@ -10,15 +10,16 @@ The folder, for ``lm_eval --include_path DIR --tasks sparseeval_<benchmark>``, h
   several predictors: the group ``sparseeval`` of their entries.
 
 A leaf YAML names no prompt, split or metric of its own: it names the harness task and the
-predictor's settings (n-shot, metric, filter), and its ``class`` (:class:`sparseeval.lm_eval_anchor_task.AnchorTask`)
-takes everything else from lm-eval's own config of that task when lm-eval loads it. Its documents are
-exactly the anchors (with ``--probe``, and the predictor's probe items: every model runs them, since a
-task cannot ask for them only where the anchors put a model at the top; the estimate uses them exactly
-where ``predict`` would, and ``anchor_accuracy`` then covers both). Every leaf reports ``estimate`` (the predicted full-benchmark score),
-``estimate_lower``/``estimate_upper`` (the interval), ``ood`` (1 when the answers are unlike the training
-models') and ``anchor_accuracy`` (the anchors' raw score); a group averages them over its leaves, which
-all report their benchmark's same estimate (so the average is that estimate) and weights the raw
-accuracy by anchors. With several benchmarks every leaf also reports ``mean_estimate`` (a joint
+predictor's settings (n-shot, metric, filter), and its ``class``
+(:class:`sparseeval.lm_eval_anchor_task.AnchorTask`) takes everything else from lm-eval's own config of
+that task when lm-eval loads it. Its documents are exactly the anchors (with ``--probe``, and the
+predictor's probe items: every model runs them, since a task cannot ask for them only where the anchors
+put a model at the top; the estimate uses them exactly where ``predict`` would, and ``anchor_accuracy``
+then covers both). Every leaf reports ``estimate`` (the predicted full-benchmark score),
+``estimate_lower``/``estimate_upper`` (the interval), ``ood`` (1 when the answers are unlike the
+training models') and ``anchor_accuracy`` (the anchors' raw score); a group averages them over its
+leaves, which all report their benchmark's same estimate (so the average is that estimate) and weights
+the raw accuracy by anchors. With several benchmarks every leaf also reports ``mean_estimate`` (a joint
 predictor's own mean output, with ``mean_lower``/``mean_upper``; else the mean of the benchmarks'
 estimates), which the top group shows.
 
