@@ -32,7 +32,14 @@ from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.methods import make_estimator
 from sparseeval.methods.base import AnchorEstimator
 from sparseeval.methods.joint import JOINT_METHOD, MEAN, JointData, JointSparseEval, joint_data
-from sparseeval.probe import PROBE_REASON, apply_probe, draw_probe_items, fit_probe, probe_means
+from sparseeval.probe import (
+    PROBE_FROM_QUANTILE,
+    PROBE_REASON,
+    apply_probe,
+    draw_probe_items,
+    fit_probe,
+    probe_means,
+)
 from sparseeval.splits import Split, frontier_cut, make_split
 
 #: fraction of the fitting models the estimator may use for early stopping (never calibration)
@@ -324,7 +331,7 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
                   alpha: float = defaults.DEFAULT_ALPHA, models: pl.DataFrame | None = None,
                   method_params: dict[str, Any] | None = None, row_mean_is_score: bool = False,
                   settings: dict[str, Any] | None = None, frontier_quantile: float | None = None,
-                  probe_items: int | None = None) -> PredictorArtifact:
+                  probe_items: int | None = None, probe_from: float = PROBE_FROM_QUANTILE) -> PredictorArtifact:
     """Fit ``method`` with ``k`` anchors on ``benchmark`` and calibrate it; return an unsaved artifact.
 
     Models are split once with ``seed``: ``calibration_frac`` held out for conformal calibration
@@ -334,7 +341,8 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
     the frontier self-check the pipeline gates on (:func:`sparseeval.evaluation.frontier_selfcheck`,
     on the fitting models, cut at that quantile) and publish its figures with the predictor.
     ``probe_items``: also draw a probe of that many random non-anchor items (:mod:`sparseeval.probe`),
-    its line fitted on the fitting models, its level, threshold and interval on the calibration models.
+    its line fitted on the fitting models, its level (the ``probe_from`` quantile of the calibration models'
+    predictions), threshold and interval on the calibration models.
     """
     if not 0.0 < calibration_frac < 0.9:
         raise UsageError(f"calibration_frac must be in (0, 0.9), got {calibration_frac}")
@@ -344,7 +352,7 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
     matrix = build_matrix(responses, scores, benchmark, row_mean_is_score=row_mean_is_score)
     art, split = _fit_matrix(matrix, k, method, calibration_frac=calibration_frac, seed=seed, device=device,
                              alpha=alpha, models=models, method_params=method_params, settings=settings,
-                             probe_items=probe_items)
+                             probe_items=probe_items, probe_from=probe_from)
     if frontier_quantile is not None:
         fitting = np.concatenate([split.train, split.val])
         art.extra["frontier"] = frontier_selfcheck(matrix, fitting, method, k, seed, quantile=frontier_quantile,
@@ -352,14 +360,14 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
         if probe_items is not None:
             art.extra["probe"]["selfcheck"] = probe_selfcheck(
                 matrix, fitting, method, k, seed, probe_items, quantile=frontier_quantile, alpha=alpha,
-                calibration_frac=calibration_frac, device=device, params=method_params)
+                calibration_frac=calibration_frac, device=device, params=method_params, probe_from=probe_from)
     return art
 
 
 def _fit_matrix(matrix: ResponseMatrix, k: int, method: str, *, calibration_frac: float, seed: int, device: str,
                 alpha: float, models: pl.DataFrame | None = None, method_params: dict[str, Any] | None = None,
-                settings: dict[str, Any] | None = None,
-                probe_items: int | None = None) -> tuple[PredictorArtifact, Split]:
+                settings: dict[str, Any] | None = None, probe_items: int | None = None,
+                probe_from: float = PROBE_FROM_QUANTILE) -> tuple[PredictorArtifact, Split]:
     """:func:`fit_predictor` on a built matrix (no self-check): the artifact and the split it used."""
     from sparseeval.evaluation import fit_on_split
 
@@ -368,13 +376,14 @@ def _fit_matrix(matrix: ResponseMatrix, k: int, method: str, *, calibration_frac
     est = fit_on_split(matrix, split, method, k, seed, device=device, params=method_params)
     art = artifact_from_fit(matrix, split, est, alpha=alpha, seed=seed, models=models, settings=settings)
     if probe_items is not None:
-        art.extra["probe"] = probe_for(art, matrix, split, probe_items, seed=seed, alpha=alpha)
+        art.extra["probe"] = probe_for(art, matrix, split, probe_items, seed=seed, alpha=alpha,
+                                       level_quantile=probe_from)
     return art, split
 
 
 def probe_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: int, seed: int, n: int, *,
                     quantile: float, alpha: float, calibration_frac: float, device: str,
-                    params: dict[str, Any] | None = None) -> dict[str, Any]:
+                    params: dict[str, Any] | None = None, probe_from: float = PROBE_FROM_QUANTILE) -> dict[str, Any]:
     """The frontier self-check of a predictor with a probe: fitted (anchors, probe, calibration) as ``fit``
     fits it, on the fitting models ``rows`` at or below their ``quantile`` quantile of the score, and the
     stronger rest predicted as ``predict`` predicts them given their answers to the anchors *and* the
@@ -389,7 +398,8 @@ def probe_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: in
     if (unmeasured := too_few_beyond(beyond, quantile, "")) is not None:
         return unmeasured
     inner, _ = _fit_matrix(sub.take_models(np.flatnonzero(~beyond)), k, method, calibration_frac=calibration_frac,
-                           seed=seed, device=device, alpha=alpha, method_params=params, probe_items=n)
+                           seed=seed, device=device, alpha=alpha, method_params=params, probe_items=n,
+                           probe_from=probe_from)
     stronger = np.flatnonzero(beyond)
     column = {item: j for j, item in enumerate(sub.items)}
     probe_cols = np.array([column[i] for i in inner.extra["probe"]["item_ids"]])
@@ -408,7 +418,7 @@ def probe_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: in
 
 
 def probe_for(art: PredictorArtifact, matrix: ResponseMatrix, split: Split, n: int, *, seed: int,
-              alpha: float) -> dict[str, Any]:
+              alpha: float, level_quantile: float = PROBE_FROM_QUANTILE) -> dict[str, Any]:
     """A probe of ``n`` random non-anchor items for a fitted single-benchmark predictor
     (:func:`sparseeval.probe.fit_probe`): its line on the fitting models (``split.train`` + ``split.val``),
     the rest on the calibration models (``split.test``), whose anchor predictions come through the same
@@ -425,7 +435,7 @@ def probe_for(art: PredictorArtifact, matrix: ResponseMatrix, split: Split, n: i
     items = [matrix.items[c] for c in cols]
     return fit_probe(items, means[fit_rows], matrix.scores[fit_rows].astype(np.float64), means[cal_rows],
                      matrix.scores[cal_rows].astype(np.float64), pred_cal, alpha=alpha,
-                     locations=[harness_location(matrix.benchmark, i) for i in items])
+                     locations=[harness_location(matrix.benchmark, i) for i in items], level_quantile=level_quantile)
 
 
 def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *,

@@ -22,7 +22,7 @@ import yaml
 from sparseeval.cli import main
 from sparseeval.errors import UsageError
 from sparseeval.frontier import STRONGER, Guarded, opens_upward
-from sparseeval.probe import apply_probe, draw_probe_items, probe_line
+from sparseeval.probe import PROBE_FROM_QUANTILE, apply_probe, draw_probe_items, fit_probe, probe_line
 from sparseeval.scoring import compare
 from sparseeval.splits import frontier_cut
 from tests.support import OPENLLM_DIR, needs_real_data
@@ -258,6 +258,29 @@ def test_the_probe_line_is_corrected_for_the_noise_of_a_few_items() -> None:
     assert plain < 0.75 and slope == pytest.approx(1.0, abs=0.06) and intercept == pytest.approx(0.0, abs=0.035)
 
 
+def test_the_probe_starts_at_the_chosen_quantile_of_the_calibration_predictions() -> None:
+    """``fit --probe-from Q``: the level is the Q quantile of the calibration models' predictions (stored
+    with Q), the threshold is taken among the models at or above it, and a level with too few models
+    above it is refused, naming the option."""
+    rng = np.random.default_rng(1)
+    score = rng.uniform(0.3, 0.8, 600)
+    means = rng.binomial(PROBE_N, score) / PROBE_N
+    pred = score + rng.normal(0, 0.02, 600)
+    fit_rows, cal = slice(0, 400), slice(400, 600)
+
+    def fitted(q: float) -> dict:
+        return fit_probe([f"i{j}" for j in range(PROBE_N)], means[fit_rows], score[fit_rows], means[cal], score[cal],
+                         pred[cal], alpha=0.1, locations=[(None, None)] * PROBE_N, level_quantile=q)
+
+    default, half = fitted(PROBE_FROM_QUANTILE), fitted(0.5)
+    assert default["level"] == pytest.approx(np.quantile(pred[cal], PROBE_FROM_QUANTILE))
+    assert half["level"] == pytest.approx(np.quantile(pred[cal], 0.5)) and half["level"] < default["level"]
+    assert (default["level_quantile"], half["level_quantile"]) == (PROBE_FROM_QUANTILE, 0.5)
+    assert half["n_calibration_probed"] == 100 and default["n_calibration_probed"] == 40
+    with pytest.raises(UsageError, match="a lower --probe-from"):
+        fitted(0.9)
+
+
 def test_the_draw_is_seeded_never_an_anchor_and_refuses_too_many() -> None:
     anchors = np.array([0, 3, 5, 7])
     a, b, c = (draw_probe_items(30, anchors, 10, seed) for seed in (1, 1, 2))
@@ -303,6 +326,9 @@ def test_fit_refuses_a_probe_it_cannot_draw_before_fitting(tmp_path: Path, capsy
     assert main(["fit", "--data", str(OPENLLM_DIR), "--method", "sparseeval-joint", "--benchmark", "arc,mmlu",
                  "--probe", "10", "--out", str(out)]) == 2
     assert "--probe is for single-benchmark predictors" in capsys.readouterr().err
+    assert main(["fit", "--data", str(OPENLLM_DIR), "--benchmark", "arc", "--probe-from", "0.5", "--out",
+                 str(out)]) == 2
+    assert "--probe-from sets where the probe starts: it needs --probe N" in capsys.readouterr().err
     data = tmp_path / "toy"
     data.mkdir()
     models, items = [f"org/m{i}" for i in range(40)], [f"q{j}" for j in range(12)]

@@ -96,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
                          "every other method one")
     if joint and args.probe is not None:
         raise UsageError(f"--probe is for single-benchmark predictors; --method {JOINT_METHOD} has none")
+    if args.probe_from is not None and args.probe is None:
+        raise UsageError("--probe-from sets where the probe starts: it needs --probe N")
     bench = JOINT_METHOD if joint else benches[0]
     out = args.out or published_path(args.registry or settings.predictor_dir(), bench)
     if is_managed(out):  # before the fit: refusing after minutes of work would waste them
@@ -132,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
                                      alpha=args.alpha, models=data.models(),
                                      row_mean_is_score=args.row_mean_is_score,
                                      settings=training_settings(bench, data.settings(bench)),
-                                     frontier_quantile=args.frontier_quantile, probe_items=args.probe)
+                                     frontier_quantile=args.frontier_quantile, probe_items=args.probe,
+                                     probe_from=PROBE_FROM_QUANTILE if args.probe_from is None else args.probe_from)
         tick(f"selected and calibrated {artifact.k} anchors")
         if args.data_licence:
             artifact.extra["data_licence"] = args.data_licence
@@ -149,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     probe = saved.extra.get("probe")
     if probe:
         print(f"  probe: {len(probe['item_ids'])} random items, asked of predictions >= {100 * probe['level']:.1f} "
-              f"(the calibration models' top {100 * (1 - PROBE_FROM_QUANTILE):g} %); flags when it says higher by "
+              f"(the calibration models' top {100 * (1 - probe['level_quantile']):g} %); flags when it says higher by "
               f"more than {100 * probe['threshold']:.1f} points; its interval +-{100 * probe['halfwidth']:.1f}")
         if line := probe_selfcheck_line(probe.get("selfcheck")):
             print(f"  {line}")
@@ -204,6 +207,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "models, predict flags it, predicts it halfway between and widens its interval to span both "
                         "(anchors that saturate under-estimate stronger models; random items do not saturate). "
                         "Default: no probe")
+    p.add_argument("--probe-from", type=open_fraction, default=None, metavar="Q",
+                   help=f"with --probe: ask it of predictions at or above this quantile of the calibration models' "
+                        f"predictions (default {PROBE_FROM_QUANTILE}; lower catches more stronger models hidden "
+                        "among the ordinary ones and asks more models for the probe)")
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "
                         "row mean as its score (never assumed: stored items are often a subset)")
