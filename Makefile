@@ -13,7 +13,7 @@ export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install run test test-fast lint predictors ui mlflow-ui serve serve-stop serve-status bench-serve clean \
-	bench-accuracy bench-speed bench-ingest bench-coverage bench-refresh bench-simulate bench-ui bench-sql-start \
+	bench-accuracy bench-speed bench-ingest bench-coverage bench-probe bench-refresh bench-simulate bench-ui bench-sql-start \
 	bench-hub-refresh mutants bench-days settings-table
 
 $(VENV)/.installed: pyproject.toml
@@ -102,6 +102,9 @@ bench-ingest: install
 
 bench-coverage: install
 	$(PY) bench/coverage.py
+
+bench-probe: install
+	$(PY) bench/probe.py --seeds 0 1
 
 bench-refresh: install
 	$(PY) bench/refresh.py --quick

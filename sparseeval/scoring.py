@@ -377,7 +377,7 @@ def _fit_matrix(matrix: ResponseMatrix, k: int, method: str, *, calibration_frac
     art = artifact_from_fit(matrix, split, est, alpha=alpha, seed=seed, models=models, settings=settings)
     if probe_items is not None:
         art.extra["probe"] = probe_for(art, matrix, split, probe_items, seed=seed, alpha=alpha,
-                                       level_quantile=probe_from)
+                                       probe_from=probe_from)
     return art, split
 
 
@@ -405,20 +405,22 @@ def probe_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: in
     probe_cols = np.array([column[i] for i in inner.extra["probe"]["item_ids"]])
     X = sub.with_nan_at(stronger, np.array([a.column for a in inner.anchors]))
     names, truth = [sub.models[i] for i in stronger], sub.scores[stronger]
-
-    def figures(preds: list[Prediction]) -> dict[str, Any]:
-        g = Guarded(np.array([p.predicted for p in preds]), np.zeros(len(preds)), np.array([p.lower for p in preds]),
-                    np.array([p.upper for p in preds]), np.zeros(len(preds)), [p.ood_reasons for p in preds])
-        return interval_figures(g, truth).as_dict()
-
     checked = _predict_matrix(inner, names, X, sub.with_nan_at(stronger, probe_cols))
-    return {"measured": True, **figures(checked), "quantile": quantile, "cut_score": cut, "method": method, "k": k,
-            "probe_flagged": float(np.mean([any(r.startswith(PROBE_REASON) for r in p.ood_reasons) for p in checked])),
-            "anchors_alone": figures(_predict_matrix(inner, names, X))}
+    return {"measured": True, **prediction_figures(checked, truth), "quantile": quantile, "cut_score": cut,
+            "method": method, "k": k, "anchors_alone": prediction_figures(_predict_matrix(inner, names, X), truth)}
+
+
+def prediction_figures(preds: list[Prediction], truth: np.ndarray) -> dict[str, Any]:
+    """:func:`sparseeval.frontier.interval_figures` of ``predict``'s predictions against the true scores
+    ``truth`` (same order), plus ``probe_flagged``: the share flagged by a probe (:mod:`sparseeval.probe`)."""
+    g = Guarded(np.array([p.predicted for p in preds]), np.zeros(len(preds)), np.array([p.lower for p in preds]),
+                np.array([p.upper for p in preds]), np.zeros(len(preds)), [p.ood_reasons for p in preds])
+    probed = [any(r.startswith(PROBE_REASON) for r in p.ood_reasons) for p in preds]
+    return {**interval_figures(g, truth).as_dict(), "probe_flagged": float(np.mean(probed)) if probed else 0.0}
 
 
 def probe_for(art: PredictorArtifact, matrix: ResponseMatrix, split: Split, n: int, *, seed: int,
-              alpha: float, level_quantile: float = PROBE_FROM_QUANTILE) -> dict[str, Any]:
+              alpha: float, probe_from: float = PROBE_FROM_QUANTILE) -> dict[str, Any]:
     """A probe of ``n`` random non-anchor items for a fitted single-benchmark predictor
     (:func:`sparseeval.probe.fit_probe`): its line on the fitting models (``split.train`` + ``split.val``),
     the rest on the calibration models (``split.test``), whose anchor predictions come through the same
@@ -435,7 +437,7 @@ def probe_for(art: PredictorArtifact, matrix: ResponseMatrix, split: Split, n: i
     items = [matrix.items[c] for c in cols]
     return fit_probe(items, means[fit_rows], matrix.scores[fit_rows].astype(np.float64), means[cal_rows],
                      matrix.scores[cal_rows].astype(np.float64), pred_cal, alpha=alpha,
-                     locations=[harness_location(matrix.benchmark, i) for i in items], level_quantile=level_quantile)
+                     locations=[harness_location(matrix.benchmark, i) for i in items], level_quantile=probe_from)
 
 
 def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *,
