@@ -286,8 +286,13 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_cli_errors.py", "-k", "db and directory")),
     # the probe (fit --probe)
     Mutant("probe-flags-below-level", "the probe replaces models below its level too (ordinary ones, by noise)",
-           (("sparseeval/probe.py", '        flagged = at_top & (est - g.pred > probe["threshold"])',
-             '        flagged = est - g.pred > probe["threshold"]'),),
+           (("sparseeval/probe.py", "        flagged = at_top & (est - g.pred > threshold)",
+             "        flagged = est - g.pred > threshold"),),
+           (PROBE,)),
+    Mutant("probe-prefix-threshold-ignored", "a model that answered a prefix of the anchors is held to the full "
+           "anchors' threshold (ordinary early stoppers flagged by noise)",
+           (("sparseeval/probe.py", "    threshold = probe_thresholds(probe, answered, n)",
+             "    threshold = probe_thresholds(probe, None, n)"),),
            (PROBE,)),
     Mutant("probe-line-not-corrected", "the probe's line left flattened by the noise of its few items",
            (("sparseeval/probe.py", "    slope = slope / max(reliability, 0.5)\n", ""),),

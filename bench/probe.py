@@ -14,7 +14,7 @@ A benchmark with fewer non-anchor items than ``--items`` gets four fifths of the
 stored items: 30).
 
     python bench/probe.py [--data DIR] [--benchmarks mmlu,arc] [--seeds 0 1] [--probe-from 0.8 0.5]
-                          [--items 40] [--json out.json]
+                          [--items 40] [--prefixes 6 8 10 14] [--json out.json]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numpy as np
 import polars as pl
 
 import sparseeval.methods
+from sparseeval.adaptive import order_of
 from sparseeval.scoring import fit_predictor, predict, prediction_figures
 from sparseeval.sources import read_data
 from sparseeval.splits import frontier_cut
@@ -50,7 +51,8 @@ def held_out(scores: pl.DataFrame, protocol: str, seed: int) -> set[str]:
 
 
 def one_run(responses: pl.DataFrame, scores: pl.DataFrame, bench: str, *, k: int, items: int, seed: int,
-            probe_from: float, protocol: str, method: str, device: str) -> dict[str, Any]:
+            probe_from: float, protocol: str, method: str, device: str,
+            prefixes: tuple[int, ...] = ()) -> dict[str, Any]:
     test = held_out(scores, protocol, seed)
     is_test = pl.col("model").is_in(list(test))
     n_items = responses.get_column("item_id").n_unique()
@@ -69,6 +71,11 @@ def one_run(responses: pl.DataFrame, scores: pl.DataFrame, bench: str, *, k: int
     for label, preds in (("alone", alone), ("probe", checked)):
         row[label] = prediction_figures(preds, np.array([truth[p.model] for p in preds]))
     row["asked"] = float(np.mean([any("answer the probe" in w for w in p.warnings) for p in alone]))
+    row["prefixes"] = {}
+    for n_first in prefixes:  # an early stop (`next`): the first anchors of the adaptive order, and the probe
+        first = [art.anchors[i].item_id for i in order_of(art)[:n_first]]
+        preds = predict(art, answers.filter(pl.col("item_id").is_in(first + art.extra["probe"]["item_ids"])))
+        row["prefixes"][n_first] = prediction_figures(preds, np.array([truth[p.model] for p in preds]))
     return row
 
 
@@ -83,6 +90,9 @@ def main() -> None:
     ap.add_argument("-k", type=int, default=20)
     ap.add_argument("--method", default="sparseeval-headroom", choices=sparseeval.methods.available_methods())
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--prefixes", type=int, nargs="*", default=[],
+                    help="also predict the random split from the first N anchors of the adaptive order (and the "
+                         "probe), as `next` stops early: the share the probe flags per N")
     ap.add_argument("--json", type=Path, help="also write every row here")
     args = ap.parse_args()
 
@@ -98,7 +108,8 @@ def main() -> None:
             for protocol in args.protocols:
                 for q in args.probe_from:
                     r = one_run(resp_b, scores_b, bench, k=args.k, items=args.items, seed=seed, probe_from=q,
-                                protocol=protocol, method=args.method, device=args.device)
+                                protocol=protocol, method=args.method, device=args.device,
+                                prefixes=tuple(args.prefixes) if protocol == "random" else ())
                     rows.append(r)
                     a, b = r["alone"], r["probe"]
                     print(f"{bench:10s} {seed:4d} {protocol:8s} {q:4.2f} {r['items']:3d} | "
@@ -107,6 +118,9 @@ def main() -> None:
                           f"{a['silent_misses']:.3f}->{b['silent_misses']:.3f} "
                           f"{a['flagged']:.3f}->{b['flagged']:.3f} {a['halfwidth']:5.2f}->{b['halfwidth']:5.2f} "
                           f"{b['probe_flagged']:8.3f} {r['asked']:6.3f}", flush=True)
+                    for n_first, f in r["prefixes"].items():
+                        print(f"{'':29s}first {n_first:2d} anchors + probe: MAE {f['mae']:5.2f}, coverage "
+                              f"{f['coverage']:.3f}, flagged {f['flagged']:.3f}, by the probe {f['probe_flagged']:.3f}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
 

@@ -81,7 +81,8 @@ def probe_means(values: np.ndarray, observed: np.ndarray) -> np.ndarray:
 def fit_probe(item_ids: list[str], means_fit: np.ndarray, scores_fit: np.ndarray, means_cal: np.ndarray,
               scores_cal: np.ndarray, pred_cal: np.ndarray, *, alpha: float,
               locations: list[tuple[str | None, int | None]],
-              level_quantile: float = PROBE_FROM_QUANTILE) -> dict[str, Any]:
+              level_quantile: float = PROBE_FROM_QUANTILE,
+              pred_cal_by_prefix: list[np.ndarray] | None = None) -> dict[str, Any]:
     """The probe's stored description (``level_quantile``: the quantile of the calibration models'
     predictions from which a model is asked the probe).
 
@@ -89,6 +90,11 @@ def fit_probe(item_ids: list[str], means_fit: np.ndarray, scores_fit: np.ndarray
     ``means_cal``, ``scores_cal``, ``pred_cal``: the calibration models' probe means, scores and the
     predictor's own predictions from their anchors (the level, the threshold, the interval).
     ``locations``: each probe item's lm-eval task and doc index (None where it has none).
+    ``pred_cal_by_prefix``: the same models' predictions from the first 1, 2, ... anchors of the
+    predictor's adaptive order (NaN where ``predict`` would not score one): a threshold per prefix
+    length (``threshold_by_prefix``), since a prediction from fewer anchors disagrees with the probe
+    more (arc, random split: 7-13 % of ordinary models flagged from 6-14 anchors with the full-anchor
+    threshold, 0.9 % from all 20; docs/results/frontier.md, round 9).
     """
     ok = ~np.isnan(means_fit)
     if ok.sum() < 3 or np.ptp(means_fit[ok]) == 0:
@@ -107,18 +113,38 @@ def fit_probe(item_ids: list[str], means_fit: np.ndarray, scores_fit: np.ndarray
                          f"{MIN_PROBED_CALIBRATION} to set its threshold (more models, a lower --probe-from, "
                          "or no probe)")
     excess = line_cal[top] - pred_cal[cal_ok][top]
+    threshold = float(np.quantile(excess, DISAGREEMENT_QUANTILE))
+    by_prefix = None if pred_cal_by_prefix is None else \
+        prefix_thresholds(intercept + slope * means_cal, pred_cal_by_prefix, level, threshold)
     return {
         "item_ids": list(item_ids),
         "locations": [[t, d] for t, d in locations],
         "line": [float(intercept), float(slope)],
         "level": level,
         "level_quantile": level_quantile,
-        "threshold": float(np.quantile(excess, DISAGREEMENT_QUANTILE)),
+        "threshold": threshold,
+        **({} if by_prefix is None else {"threshold_by_prefix": by_prefix}),
         "threshold_quantile": DISAGREEMENT_QUANTILE,
         "halfwidth": conformal_quantile(np.abs(line_cal - scores_cal[cal_ok]), alpha),
         "n_calibration": int(cal_ok.sum()),
         "n_calibration_probed": int(top.sum()),
     }
+
+
+def prefix_thresholds(line_cal: np.ndarray, pred_by_prefix: list[np.ndarray], level: float,
+                      threshold: float) -> list[float]:
+    """The disagreement threshold per prefix length: the same quantile as the full one, among the
+    calibration models a prefix's prediction puts at the level (``line_cal``: their probe estimates,
+    NaN where they did not answer the probe). A prefix with fewer than :data:`MIN_PROBED_CALIBRATION`
+    such models takes the largest threshold measured (fewer flags rather than noisy ones); none is
+    below the full anchors' ``threshold``, so fewer anchors never flag more readily than all of them."""
+    measured: list[float | None] = []
+    for pred in pred_by_prefix:
+        at = ~np.isnan(line_cal) & ~np.isnan(pred) & (pred >= level)
+        measured.append(float(np.quantile(line_cal[at] - pred[at], DISAGREEMENT_QUANTILE))
+                        if at.sum() >= MIN_PROBED_CALIBRATION else None)
+    widest = max([threshold, *(t for t in measured if t is not None)])
+    return [max(threshold, widest if t is None else t) for t in measured]
 
 
 def probe_line(means: np.ndarray, scores: np.ndarray, n_items: int) -> tuple[float, float]:
@@ -147,13 +173,24 @@ def probe_estimate(probe: dict[str, Any], means: np.ndarray) -> np.ndarray:
     return np.clip(intercept + slope * means, 0.0, 1.0)
 
 
-def probe_reason(probe: dict[str, Any], estimate: float, predicted: float) -> str:
+def probe_reason(probe: dict[str, Any], estimate: float, predicted: float, threshold: float) -> str:
     """Why a model is flagged by the probe, in words a person reads."""
     return (f"{PROBE_REASON} {len(probe['item_ids'])} random items put it at {100 * estimate:.1f}, "
             f"{100 * (estimate - predicted):.1f} points above its anchors' {100 * predicted:.1f} (on "
             f"{100 * probe['threshold_quantile']:g} % of the calibration models at the top the two stay within "
-            f"{100 * probe['threshold']:.1f}): these anchors may under-estimate it; predicted halfway between, "
+            f"{100 * threshold:.1f}): these anchors may under-estimate it; predicted halfway between, "
             "the interval reaching from the anchors' lower side to the probe's upper side")
+
+
+def probe_thresholds(probe: dict[str, Any], answered: np.ndarray | None, n: int) -> np.ndarray:
+    """The disagreement threshold of each of ``n`` models that answered ``answered`` anchors: the
+    threshold of that prefix length where the probe stores them (fitted since round 9), else the
+    full anchors' one."""
+    by_prefix = probe.get("threshold_by_prefix")
+    if not by_prefix or answered is None:
+        return np.full(n, float(probe["threshold"]))
+    return np.asarray(by_prefix, dtype=np.float64)[np.clip(np.asarray(answered, dtype=np.int64) - 1, 0,
+                                                           len(by_prefix) - 1)]
 
 
 def probe_selfcheck_line(check: dict[str, Any] | None) -> str | None:
@@ -179,9 +216,12 @@ def probe_request(probe: dict[str, Any], how: str = "(`sparseeval export --probe
             f"miss stronger models: answer the probe's {len(probe['item_ids'])} items too {how}")
 
 
-def apply_probe(probe: dict[str, Any], g: Guarded, answers: np.ndarray | None) -> tuple[Guarded, list[list[str]]]:
+def apply_probe(probe: dict[str, Any], g: Guarded, answers: np.ndarray | None,
+                answered: np.ndarray | None = None) -> tuple[Guarded, list[list[str]]]:
     """The anchors' guarded predictions ``g`` checked by the probe's answers (rows as ``g``, NaN = not
     answered; None: nobody answered it), and a warning per model at the probe level without them.
+    ``answered``: how many anchors each model answered (None: all), for its threshold
+    (:func:`probe_thresholds`).
 
     A model at the probe level (and not already open upward by the anchors' own reasons) whose probe
     estimate exceeds its prediction by more than the threshold is flagged with :func:`probe_reason`,
@@ -202,13 +242,15 @@ def apply_probe(probe: dict[str, Any], g: Guarded, answers: np.ndarray | None) -
     # has nothing to add there, and where the anchors see the frontier (arc) its line overshoots
     at_top = (g.pred >= probe["level"]) & ~np.array([opens_upward(r) for r in g.reasons], dtype=bool)
     warns = [[probe_request(probe)] if at_top[i] and np.isnan(est[i]) else [] for i in range(n)]
+    threshold = probe_thresholds(probe, answered, n)
     with np.errstate(invalid="ignore"):
-        flagged = at_top & (est - g.pred > probe["threshold"])
+        flagged = at_top & (est - g.pred > threshold)
     if not flagged.any():
         return g, warns
     upper = np.where(flagged, np.clip(est + probe["halfwidth"], 0.0, 1.0), g.upper)
     return replace(
         g, pred=np.where(flagged, (g.pred + est) / 2, g.pred), upper=upper,
         halfwidth=np.where(flagged, (upper - g.lower) / 2, g.halfwidth),
-        reasons=[(*r, probe_reason(probe, est[i], g.pred[i])) if flagged[i] else r for i, r in enumerate(g.reasons)],
+        reasons=[(*r, probe_reason(probe, est[i], g.pred[i], threshold[i])) if flagged[i] else r
+                 for i, r in enumerate(g.reasons)],
     ), warns

@@ -215,7 +215,7 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
     probe_warns: list[list[str]] = [[] for _ in models]
     if artifact.extra.get("probe") and not artifact.is_joint:
         guarded[artifact.benchmark], probe_warns = apply_probe(artifact.extra["probe"], guarded[artifact.benchmark],
-                                                               probe_answers)
+                                                               probe_answers, answered)
     failed = failed_cuts(artifact.extra.get("frontier"), artifact.benchmark,
                          defaults.SETTINGS["frontier_silent_max"].value())
     per_output = []
@@ -432,12 +432,24 @@ def probe_for(art: PredictorArtifact, matrix: ResponseMatrix, split: Split, n: i
     X_cal = matrix.with_nan_at(split.test, art.estimator.anchors_)
     enough = np.setdiff1d(np.arange(split.test.size), _short_rows(art, X_cal))  # those predict would score
     cal_rows = split.test[enough]
-    pred_cal = np.array([p.predicted for p in _predict_matrix(art, [matrix.models[i] for i in cal_rows],
-                                                              X_cal[enough])])
+    names = [matrix.models[i] for i in cal_rows]
+    pred_cal = np.array([p.predicted for p in _predict_matrix(art, names, X_cal[enough])])
+    by_prefix = None
+    if "adaptive" in art.extra:  # the same models from each prefix of the adaptive order, as `next` asks them
+        order = order_of(art)
+        by_prefix = []
+        for p in range(1, art.k + 1):
+            X_p = X_cal[enough].copy()
+            X_p[:, order[p:]] = np.nan
+            scored = np.setdiff1d(np.arange(len(names)), _short_rows(art, X_p))
+            pred_p = np.full(len(names), np.nan)
+            pred_p[scored] = [q.predicted for q in _predict_matrix(art, [names[i] for i in scored], X_p[scored])]
+            by_prefix.append(pred_p)
     items = [matrix.items[c] for c in cols]
     return fit_probe(items, means[fit_rows], matrix.scores[fit_rows].astype(np.float64), means[cal_rows],
                      matrix.scores[cal_rows].astype(np.float64), pred_cal, alpha=alpha,
-                     locations=[harness_location(matrix.benchmark, i) for i in items], level_quantile=probe_from)
+                     locations=[harness_location(matrix.benchmark, i) for i in items], level_quantile=probe_from,
+                     pred_cal_by_prefix=by_prefix)
 
 
 def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *,

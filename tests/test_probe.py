@@ -319,6 +319,29 @@ def test_predict_uses_the_probe_only_at_its_level_and_with_half_its_items_answer
     assert apply_probe(probe, g, None)[1] == [[], warns[3], warns[3], warns[3], []]
 
 
+def test_a_model_that_answered_fewer_anchors_needs_a_wider_disagreement_to_be_flagged() -> None:
+    """A prediction from a prefix of the anchors (``next``'s adaptive stop) disagrees with the probe more
+    than one from all of them; its threshold is its prefix length's, so ordinary models stopping early
+    are not flagged by noise (arc, random split: 7-13 % were with the full anchors' threshold)."""
+    probe = {"item_ids": ["a", "b", "c", "d"], "line": [0.0, 1.0], "level": 0.6, "threshold": 0.05,
+             "threshold_by_prefix": [0.30, 0.20, 0.10, 0.05], "halfwidth": 0.04, "threshold_quantile": 0.95}
+    g = _guarded([0.65, 0.65, 0.65], [(), (), ()])
+    answers = np.array([[1, 1, 0, 1]] * 3, dtype=float)  # the probe says 0.75: 10 points above
+    out, _ = apply_probe(probe, g, answers, np.array([4, 3, 2]))
+    assert [bool(r) for r in out.reasons] == [True, False, False]
+    assert "stay within 5.0" in out.reasons[0][0]
+    assert [bool(r) for r in apply_probe(probe, g, answers)[0].reasons] == [True, True, True]  # counts unknown
+
+
+@needs_real_data
+def test_the_probe_stores_a_threshold_per_prefix_never_below_the_full_one(mmlu_frontier) -> None:
+    _, meta, _, _, _, _ = mmlu_frontier
+    probe = meta["extra"]["probe"]
+    by_prefix = probe["threshold_by_prefix"]
+    assert len(by_prefix) == len(meta["anchors"]) and by_prefix[-1] == probe["threshold"]
+    assert min(by_prefix) >= probe["threshold"] and max(by_prefix) > probe["threshold"]
+
+
 def test_fit_refuses_a_probe_it_cannot_draw_before_fitting(tmp_path: Path, capsys) -> None:
     """A joint predictor has no probe, and a probe cannot take more items than the anchors leave: both
     refused with the reason, nothing written."""

@@ -81,7 +81,7 @@ def plan(artifact: PredictorArtifact, answers: pl.DataFrame, *, batch: int = 10,
         guarded = {name: guarded_predictions(*outputs[name], X[some]) for name in needed}
         g = (carry_overall(guarded, MEAN) if artifact.is_joint else guarded)[want]
         if probe:  # as predict: the probe checks a model at its level, or asks for its items
-            g, asks = apply_probe(probe, g, None if P is None else P[some])
+            g, asks = apply_probe(probe, g, None if P is None else P[some], (~np.isnan(X[some])).sum(axis=1))
             for j, i in enumerate(some):
                 due[i] = probe_request(probe, "(`--samples` writes them), then ask again") if asks[j] else None
         pred[some], half[some] = g.pred, g.halfwidth
