@@ -165,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
     print("next: export its anchors as an lm-eval task (lm-eval then prints the estimate for a new model):")
     print(f"  sparseeval export --predictor {shlex.quote(str(out))} --format lm-eval-task --out sparseeval_tasks")
     if probe:
-        print("and for a model predicted at the probe level, its items too (predict asks for them):")
+        print("and for a model predicted at the probe level, its items too (predict and next ask for them; "
+              "`--format lm-eval-task --probe` runs them for every model):")
         print(f"  sparseeval export --predictor {shlex.quote(str(out))} --format lm-eval --probe --out probe.json")
     return 0
 
