@@ -327,7 +327,7 @@ def test_a_model_that_answered_fewer_anchors_needs_a_wider_disagreement_to_be_fl
              "threshold_by_prefix": [0.30, 0.20, 0.10, 0.05], "halfwidth": 0.04, "threshold_quantile": 0.95}
     g = _guarded([0.65, 0.65, 0.65], [(), (), ()])
     answers = np.array([[1, 1, 0, 1]] * 3, dtype=float)  # the probe says 0.75: 10 points above
-    out, _ = apply_probe(probe, g, answers, np.array([4, 3, 2]))
+    out, _ = apply_probe(probe, g, answers, np.array([4, 2, 1]))
     assert [bool(r) for r in out.reasons] == [True, False, False]
     assert "stay within 5.0" in out.reasons[0][0]
     assert [bool(r) for r in apply_probe(probe, g, answers)[0].reasons] == [True, True, True]  # counts unknown
