@@ -104,7 +104,9 @@ def _probe_paragraph(probe: dict[str, Any], repo: str) -> str:
             f"(`sparseeval export --predictor hf://{repo} --format lm-eval --probe --out items.json`): where they "
             f"put it more than {100 * probe['threshold']:.1f} points above its anchors' estimate, `predict` flags it "
             "and predicts it halfway between them and its anchors, with an interval spanning both (the probe's "
-            f"own: +-{100 * probe['halfwidth']:.1f} points). Anchors chosen on the training "
+            f"own: +-{100 * probe['halfwidth']:.1f} points; a model that stopped early with `sparseeval next` "
+            "is held to its prefix's wider threshold). `sparseeval next` asks for them when they are needed; "
+            "`--format lm-eval-task --probe` runs them for every model. Anchors chosen on the training "
             "models can saturate on models stronger than all of them; items drawn at random do not.")
 
 
