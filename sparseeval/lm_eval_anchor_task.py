@@ -188,8 +188,8 @@ def _predict(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
     :func:`sparseeval.scoring.predict` that ``sparseeval predict`` runs on the samples."""
     import polars as pl
 
+    from sparseeval.export import exported_items
     from sparseeval.methods.joint import MEAN
-    from sparseeval.probe import probe_items
     from sparseeval.scoring import predict
 
     out: dict[str, dict[str, float]] = {}
@@ -199,7 +199,7 @@ def _predict(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
     for (folder, digest), entries in by_predictor.items():
         art = _predictor(folder, digest)
         # the anchors, and the probe's items where the predictor has a probe (run when exported with --probe)
-        items = [*art.anchors, *(probe_items(art) if art.extra.get("probe") else [])]
+        items = exported_items(art, probe=bool(art.extra.get("probe")))
         where = {(a.task, a.doc_id): (a.benchmark or art.benchmark, a.item_id) for a in items}
         rows = [(*where[(e["task"], doc)], value) for e in entries for doc, value in e["docs"].items()
                 if (e["task"], doc) in where]

@@ -42,7 +42,7 @@ from sparseeval.artifact import LEGACY_STATE_FILE, META_FILE, STATE_FILE, Predic
 from sparseeval.atomic import atomic_folder
 from sparseeval.benchmarks import default_n_shot, split_variant
 from sparseeval.errors import UsageError
-from sparseeval.probe import probe_items
+from sparseeval.export import exported_items
 from sparseeval.readers.anchor_runs import DOC_FIELD, RAW_KEY  # noqa: F401  (the task's document field and metric)
 
 PREFIX = "sparseeval"
@@ -111,13 +111,12 @@ def _plan(artifacts: Sequence[PredictorArtifact],
     used: set[str] = set()
     for art in artifacts:
         folder = task_name(art.benchmark)
-        extra = probe_items(art) if probe else []
-        unplaced = [a.item_id for a in [*art.anchors, *extra] if a.task is None or a.doc_id is None]
+        run = exported_items(art, probe=probe)  # the anchors, then the probe's items (position -1)
+        unplaced = [a.item_id for a in run if a.task is None or a.doc_id is None]
         if unplaced:
-            raise UsageError(f"predictor for {art.benchmark!r} has {'items' if extra else 'anchors'} without an "
+            raise UsageError(f"predictor for {art.benchmark!r} has {'items' if probe else 'anchors'} without an "
                              f"lm-eval task/doc id ({', '.join(unplaced[:5])}): it cannot be exported as an "
                              "lm-eval task")
-        run = [*art.anchors, *extra]
         for bench in art.benchmarks:
             entry = task_name(PREFIX, "joint", bench) if art.is_joint else task_name(PREFIX, bench)
             if entry in used:
@@ -128,7 +127,8 @@ def _plan(artifacts: Sequence[PredictorArtifact],
             for name, task in zip(names, tasks, strict=True):
                 docs = sorted(int(a.doc_id) for a in run  # type: ignore[arg-type]
                               if a.task == task and (a.benchmark or art.benchmark) == bench)
-                probed = {"probe_doc_ids": sorted(int(a.doc_id) for a in extra if a.task == task)} if probe else {}
+                probed = {"probe_doc_ids": sorted(int(a.doc_id) for a in run  # type: ignore[arg-type]
+                                                  if a.position < 0 and a.task == task)} if probe else {}
                 leaves.append({"name": name, "benchmark": bench, "base_task": task, "doc_ids": docs, **probed,
                                "predictor": f"predictors/{folder}", "predictor_hash": art.content_hash,
                                **leaf_settings(art, bench)})
