@@ -435,16 +435,17 @@ def probe_for(art: PredictorArtifact, matrix: ResponseMatrix, split: Split, n: i
     names = [matrix.models[i] for i in cal_rows]
     pred_cal = np.array([p.predicted for p in _predict_matrix(art, names, X_cal[enough])])
     by_prefix = None
-    if "adaptive" in art.extra:  # the same models from each prefix of the adaptive order, as `next` asks them
-        order = order_of(art)
+    if "adaptive" in art.extra:  # the same models from each shorter prefix of the adaptive order, as `next`
+        order = order_of(art)  # asks them; the full prefix is pred_cal itself
         by_prefix = []
-        for p in range(1, art.k + 1):
+        for p in range(1, art.k):
             X_p = X_cal[enough].copy()
             X_p[:, order[p:]] = np.nan
             scored = np.setdiff1d(np.arange(len(names)), _short_rows(art, X_p))
             pred_p = np.full(len(names), np.nan)
             pred_p[scored] = [q.predicted for q in _predict_matrix(art, [names[i] for i in scored], X_p[scored])]
             by_prefix.append(pred_p)
+        by_prefix.append(pred_cal)
     items = [matrix.items[c] for c in cols]
     return fit_probe(items, means[fit_rows], matrix.scores[fit_rows].astype(np.float64), means[cal_rows],
                      matrix.scores[cal_rows].astype(np.float64), pred_cal, alpha=alpha,

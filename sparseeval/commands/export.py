@@ -44,6 +44,12 @@ def predictor_flags(artifacts: list[PredictorArtifact]) -> str:
     return " ".join(f"--predictor {shlex.quote(a.source or str(a.folder))}" for a in artifacts)
 
 
+def probed(artifacts: list[PredictorArtifact], probe: bool) -> str:
+    """What an export with ``--probe`` wrote beyond the anchors, for its message (after the write, which
+    refuses a predictor without a probe)."""
+    return f" and {sum(len(a.extra['probe']['item_ids']) for a in artifacts)} probe items" if probe else ""
+
+
 def run(args: argparse.Namespace) -> int:
     artifacts = load_predictors(args, default_all=True)
     if args.format == "model-card":
@@ -68,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
 
         written = write_task_folder(artifacts, args.out, include_paths=args.lm_eval_include, probe=args.probe)
         benches = ", ".join(b for a in artifacts for b in a.benchmarks)
-        probed = f" and {sum(len(a.extra['probe']['item_ids']) for a in artifacts)} probe items" if args.probe else ""
-        print(f"wrote lm-eval task {written.name} ({sum(a.k for a in artifacts)} anchors{probed} of {benches}) "
+        print(f"wrote lm-eval task {written.name} ({sum(a.k for a in artifacts)} anchors"
+              f"{probed(artifacts, args.probe)} of {benches}) "
               f"to {args.out}")
         print("next: run the anchors with lm-eval (it prints the estimate), then, if you like, the same here:")
         folder = shlex.quote(str(args.out))
@@ -79,8 +85,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = write_export(artifacts, args.format, args.out, first=args.first, probe=args.probe)
     n = sum(a.k if args.first is None else min(a.k, args.first) for a in artifacts)
-    probed = f" and {sum(len(a.extra['probe']['item_ids']) for a in artifacts)} probe items" if args.probe else ""
-    print(f"wrote {n} anchors{probed} of {', '.join(a.benchmark for a in artifacts)} to {out}")
+    print(f"wrote {n} anchors{probed(artifacts, args.probe)} of {', '.join(a.benchmark for a in artifacts)} to {out}")
     if args.format == "lm-eval":
         print("next: run them under the predictors' training settings, then score the run:")
         for command in lm_eval_commands(artifacts, shlex.quote(str(out)), args.first, output_path=RUN_DIR,
