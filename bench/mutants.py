@@ -49,6 +49,7 @@ class Mutant:
 
 
 KEYS = "tests/test_refresh_keys.py"
+PROBE_REFRESH = "tests/test_probe_refresh.py"
 SERVE = "tests/test_serve_bootstrap.py"
 FRONTIER = "tests/test_frontier.py"
 BEYOND = "tests/test_beyond.py"
@@ -143,8 +144,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("selfcheck-sees-held-out-models", "the pipeline's frontier self-check measured on every model, the "
                                              "candidate's held-out test models included",
            (("sparseeval/refresh_policy.py",
-             "frontier_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]),",
-             "frontier_selfcheck(self.matrix, np.arange(len(self.matrix.models)),"),),
+             "probed_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]),",
+             "probed_selfcheck(self.matrix, np.arange(len(self.matrix.models)),"),),
            ("tests/test_refresh_policy.py", "-k", "frontier_selfcheck")),
     Mutant("joint-selfcheck-sees-held-out-models", "the joint predictor's frontier self-check measured on every "
                                                    "model, the joint split's held-out models included",
@@ -222,9 +223,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (POLICY, "-k", "gates_publication")),
     Mutant("frontier-figures-not-in-mlflow", "the candidate's MLflow run without its frontier metrics",
            (("sparseeval/refresh_policy.py",
-             '                         **{f"frontier/{name}": v for name, v in frontier_metrics(self.frontier or {})'
-             ".items()}})",
-             "                         })"),),
+             '                         **{f"frontier/{name}": v for name, v in frontier_metrics(frontier).items()},\n',
+             ""),),
            (POLICY, "-k", "gates_publication")),
     Mutant("frontier-figures-not-in-predictor", "the published predictor.json without its frontier figures",
            (("sparseeval/refresh_policy.py",
@@ -233,12 +233,12 @@ MUTANTS: tuple[Mutant, ...] = (
            (POLICY, "-k", "gates_publication")),
     Mutant("frontier-columns-not-in-duckdb", "the anchor set's frontier_* columns (and so the analysts' view) "
                                              "left empty",
-           (("sparseeval/refresh_policy.py", "            **frontier_fields(self.frontier))", "            )"),),
+           (("sparseeval/refresh_policy.py", "            **frontier_fields(frontier))", "            )"),),
            (POLICY, "-k", "gates_publication")),
     Mutant("frontier-quantile-not-passed", "SPARSEEVAL_FRONTIER_QUANTILE read but the self-check cut at 0.9 "
                                            "whatever it says",
-           (("sparseeval/refresh_policy.py", "self.k, s.seed, quantile=s.frontier_quantile, alpha=s.alpha,",
-             "self.k, s.seed, alpha=s.alpha,"),),
+           (("sparseeval/refresh_policy.py", "s.probe_items, quantile=s.frontier_quantile, alpha=s.alpha,",
+             "s.probe_items, quantile=0.9, alpha=s.alpha,"),),
            (POLICY, "-k", "gates_publication")),
     Mutant("selfcheck-note-counts-nothing", "predict's note on a flagged stronger model never shown (it counts the "
                                             "models flagged weaker)",
@@ -319,6 +319,20 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("next-done-before-probe", "`next` calls a model done when its anchors are, at the probe level too",
            (("sparseeval/commands/next.py", "probe_due=due if probe else None", "probe_due=None"),),
            (PROBE,)),
+    Mutant("refresh-drops-probe", "$SPARSEEVAL_PROBE_ITEMS is set, but the refresh publishes its predictors "
+           "without the probe",
+           (("sparseeval/refresh_probe.py", '    artifact.extra["probe"] = probe\n', ""),),
+           (PROBE_REFRESH,)),
+    Mutant("refresh-selfcheck-ignores-probe", "the refresh's frontier check is measured from the anchors alone "
+           "although its predictors carry a probe",
+           (("sparseeval/refresh_probe.py", "    if items is None:\n        return alone()",
+             "    if True:\n        return alone()"),),
+           (PROBE_REFRESH,)),
+    Mutant("probe-fallback-keeps-probe-figures", "a candidate whose probe could not be fitted is gated on the "
+           "figures of a probe it does not carry",
+           (("sparseeval/refresh_probe.py", '    if "anchors_alone" not in figures:\n        return figures',
+             "    return figures"),),
+           (PROBE_REFRESH,)),
     # the served mode
     Mutant("port-probe-without-reuseaddr", "the free-port probe binds without SO_REUSEADDR (TIME_WAIT counts as used)",
            (("sparseeval/serve/bootstrap.py", "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n", ""),),

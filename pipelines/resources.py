@@ -125,6 +125,8 @@ class SettingsResource(dg.ConfigurableResource):
     frontier_quantile: float = _FIT.frontier_quantile  #: where the frontier self-check cuts the fitting models
     predictor_dir: str = str(Path(defaults.SETTINGS["data_dir"].default) / defaults.PREDICTORS_FOLDER)
     joint_benchmarks: str = _FIT.joint_benchmarks  #: benchmarks of the joint predictor ("" every plain one, "none" off)
+    probe_items: int | None = _FIT.probe_items  #: random items of each benchmark predictor's probe (None: no probe)
+    probe_from: float = _FIT.probe_from  #: the calibration predictions' quantile from which the probe is asked
 
     def fit(self) -> FitSettings:
         """The refresh's settings as the library takes them."""
@@ -133,8 +135,8 @@ class SettingsResource(dg.ConfigurableResource):
                            coverage_tolerance=self.coverage_tolerance, challenger_margin=self.challenger_margin,
                            challenger_min_days=self.challenger_min_days,
                            frontier_silent_max=self.frontier_silent_max, frontier_quantile=self.frontier_quantile,
-                           device=self.device,
-                           joint_benchmarks=self.joint_benchmarks)
+                           device=self.device, joint_benchmarks=self.joint_benchmarks,
+                           probe_items=self.probe_items, probe_from=self.probe_from)
 
     def comparison(self) -> ComparisonSettings:
         """The comparison's settings as the library takes them."""
@@ -168,12 +170,12 @@ def default_resources() -> dict[str, Any]:
         "source": SourceResource(path=_env_or("source"), data_dir=str(root), hub_tasks=_env_or("hub_tasks")),
         "settings": SettingsResource(
             **{name: _env_or(name) for name in ("k", "method", "seed", "device", "compare_methods", "compare_seeds",
-                                                "compare_ks", "joint_benchmarks")},
+                                                "compare_ks", "joint_benchmarks", "probe_items")},
             predictor_dir=_env_or("predictors", str(defaults.predictor_dir())),
             # floats: read once here (dg.EnvVar carries strings and ints only)
             **{name: defaults.SETTINGS[name].value() for name in (
                 "alpha", "challenger_margin", "challenger_min_days", "coverage_tolerance", "compare_new_share",
-                "compare_budget_s", "frontier_silent_max", "frontier_quantile")},
+                "compare_budget_s", "frontier_silent_max", "frontier_quantile", "probe_from")},
         ),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }

@@ -60,7 +60,7 @@ def summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float) 
         return f"  {bench:<12} FAILED in {', '.join(errors or rejected) or 'run'} ({seconds:.0f} s)"
     if rejected:
         return (f"  {bench:<12} REJECTED by its publishing checks ({', '.join(rejected)}) in {seconds:.0f} s: "
-                f"nothing published\n  {'':<12} {fit.get('decision', '')}{_frontier_line(fit)}")
+                f"nothing published\n  {'':<12} {fit.get('decision', '')}{_frontier_line(fit)}{_probe_line(fit)}")
     line = f"  {bench:<12} models {matrix.get('models', 0):>5}  items {matrix.get('items', 0):>5}  "
     if not fit:
         return line + (f"{seconds:5.1f} s\n  {'':<12} skipped: up to date (data version "
@@ -71,7 +71,7 @@ def summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float) 
     return (line + f"K {fit['k']:>3}  test MAE {fit['test_mae_points']:5.2f} pts (random-linear "
             f"{fit['random_linear_mae_points']:.2f})  {seconds:5.1f} s\n"
             f"  {'':<12} {published.get('decision') or fit.get('decision', '')}"
-            + (f"\n  {'':<12} challenger: {rival['decision']}" if rival else ""))
+            + (f"\n  {'':<12} challenger: {rival['decision']}" if rival else "") + _probe_line(fit))
 
 
 def _frontier_line(fit: dict) -> str:
@@ -82,6 +82,16 @@ def _frontier_line(fit: dict) -> str:
     return (f"\n  {'':<12} frontier self-check{which}: MAE {fit['frontier_mae']:.2f} points, bias "
             f"{fit['frontier_bias']:+.2f}, {100 * fit['frontier_silent_misses']:.1f} % of the stronger models "
             f"missed silently")
+
+
+def _probe_line(fit: dict) -> str:
+    """With ``SPARSEEVAL_PROBE_ITEMS``: the probe a benchmark's predictor carries, or why it has none."""
+    if "probe_note" in fit:
+        return f"\n  {'':<12} probe: {fit['probe_note']}"
+    if "frontier_anchors_alone_silent_misses" not in fit:
+        return ""
+    return (f"\n  {'':<12} probe: {fit['probe_items']} items; the frontier self-check above is with their answers "
+            f"(from the anchors alone {100 * fit['frontier_anchors_alone_silent_misses']:.1f} % missed silently)")
 
 
 def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:

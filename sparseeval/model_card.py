@@ -115,7 +115,13 @@ def _frontier_rows(frontier: dict[str, Any]) -> list[str]:
     one table per cut (the mean score's, then each benchmark output's own score's)."""
     outputs = frontier.get("outputs")
     if not isinstance(outputs, dict):
-        return ["| figure | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in frontier.items())]
+        rows = ["| figure | value |", "|---|---|",
+                *(f"| {k} | {v} |" for k, v in frontier.items() if not isinstance(v, dict))]
+        if alone := frontier.get("anchors_alone"):
+            rows = [f"Measured with the answers to the probe's {frontier['probe_items']} items (a model at the probe "
+                    "level is asked them); from the anchors alone: "
+                    + ", ".join(f"{k} {v:.4g}" for k, v in alone.items() if isinstance(v, float)) + ".", "", *rows]
+        return rows
     cut = next(iter(outputs.values()), {}).get("quantile")
     rows = [f"Refitted on its fitting models at or below the {cut} quantile of their mean score, scored on the "
             "stronger rest:", "", *_figure_table(outputs)]

@@ -26,15 +26,17 @@ from typing import Any
 
 import numpy as np
 
+from sparseeval import settings as defaults
 from sparseeval.artifact import AnchorInfo, PredictorArtifact
 from sparseeval.calibration import conformal_quantile
 from sparseeval.errors import UsageError
 from sparseeval.frontier import Guarded, opens_upward
 
 #: a prediction at or above this quantile of the calibration models' predictions asks for the probe (the
-#: default of ``fit --probe-from``; 0.5 catches more of mmlu's frontier, whose anchors put many stronger models
-#: in the cluster below, but asks half of all models and costs hellaswag 6 % in-distribution MAE: round 9)
-PROBE_FROM_QUANTILE = 0.8
+#: default of ``fit --probe-from`` and ``$SPARSEEVAL_PROBE_FROM``; 0.5 catches more of mmlu's frontier, whose
+#: anchors put many stronger models in the cluster below, but asks half of all models and costs hellaswag 6 %
+#: in-distribution MAE: round 9)
+PROBE_FROM_QUANTILE: float = defaults.SETTINGS["probe_from"].default_value
 #: flag when the probe exceeds the anchors' prediction by more than this quantile of that excess
 #: among the calibration models at the probe level (so about 5 % of those, 1-2 % of all models, in distribution;
 #: 0.9 caught more of mmlu's frontier but flagged 4 % of ordinary models and cost 16 % MAE on one split)
@@ -110,8 +112,8 @@ def fit_probe(item_ids: list[str], means_fit: np.ndarray, scores_fit: np.ndarray
     top = pred_cal[cal_ok] >= level
     if top.sum() < MIN_PROBED_CALIBRATION:
         raise UsageError(f"{int(top.sum())} calibration models at the probe level; a probe needs at least "
-                         f"{MIN_PROBED_CALIBRATION} to set its threshold (more models, a lower --probe-from, "
-                         "or no probe)")
+                         f"{MIN_PROBED_CALIBRATION} to set its threshold (more models, a lower --probe-from or "
+                         "$SPARSEEVAL_PROBE_FROM, or no probe)")
     excess = line_cal[top] - pred_cal[cal_ok][top]
     threshold = float(np.quantile(excess, DISAGREEMENT_QUANTILE))
     by_prefix = None if pred_cal_by_prefix is None else \

@@ -169,13 +169,24 @@ def frontier_check(frontier: Mapping[str, Mapping[str, Any]] | None, silent_max:
     message = "; ".join(
         f"{o}: {100 * float(f['silent_misses']):.1f} % of {f['n']} stronger models missed silently "
         f"(max {100 * silent_max:g} %), MAE {float(f['mae']):.2f} points, bias {float(f['bias']):+.2f}, "
-        f"coverage {float(f['coverage']):.3f}, flagged {100 * float(f['flagged']):.1f} %" for o, f in frontier.items())
+        f"coverage {float(f['coverage']):.3f}, flagged {100 * float(f['flagged']):.1f} %{_with_probe(f)}"
+        for o, f in frontier.items())
     one = len(frontier) == 1
     return Check(name, not silent, {"silent_max": silent_max, "message": message,
                                     "figures": next(iter(figures.values())) if one else figures,
                                     **({"silent": silent} if not one else {}),
                                     **({"note": "; ".join(f"{o}: {n}" for o, n in unmeasured.items())}
                                        if unmeasured else {})})
+
+
+def _with_probe(figures: Mapping[str, Any]) -> str:
+    """How a self-check measured with the predictor's probe says so in the check's message (the figures
+    assume a model at the probe level answered it; from its anchors alone they are these)."""
+    alone = figures.get("anchors_alone")
+    if not alone:
+        return ""
+    return (f", with the answers to the probe's {figures['probe_items']} items (from the anchors alone "
+            f"{100 * float(alone['silent_misses']):.1f} % missed silently, MAE {float(alone['mae']):.2f})")
 
 
 def checks_json(checks: Sequence[Check]) -> str:

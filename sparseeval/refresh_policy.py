@@ -74,7 +74,6 @@ from sparseeval.evaluation import (
     fit_on_split,
     frontier_fields,
     frontier_metrics,
-    frontier_selfcheck,
     joint_frontier_selfcheck,
     joint_own_cut_selfcheck,
     results_frame,
@@ -94,6 +93,9 @@ from sparseeval.publishing import (
     score_anchor_only_models,
 )
 from sparseeval.refresh import Check, fit_key, joint_data_version, publishing_checks, up_to_date
+from sparseeval.refresh_probe import attach as attach_probe
+from sparseeval.refresh_probe import probe_setup
+from sparseeval.refresh_probe import selfcheck as probed_selfcheck
 from sparseeval.scoring import artifact_from_fit, joint_artifact_from_fit
 from sparseeval.sources import model_dates
 from sparseeval.splits import Split, make_split
@@ -133,17 +135,26 @@ class FitSettings:
     device: str = defaults.DEFAULT_DEVICE
     #: the joint predictor's benchmarks ("" every plain one, "none" off)
     joint_benchmarks: str = defaults.SETTINGS["joint_benchmarks"].default_value
+    #: random items of a probe fitted with each benchmark's predictor (None: no probe), and where it starts
+    probe_items: int | None = defaults.SETTINGS["probe_items"].default_value
+    probe_from: float = defaults.SETTINGS["probe_from"].default_value
 
     @classmethod
     def from_environment(cls) -> FitSettings:
         """The settings as ``$SPARSEEVAL_*`` (or their defaults) say: what the CLI and ``make run`` use
         (a value that does not parse is refused naming its variable)."""
         names = ("k", "method", "seed", "alpha", "coverage_tolerance", "challenger_margin", "challenger_min_days",
-                 "frontier_silent_max", "frontier_quantile", "device", "joint_benchmarks")
+                 "frontier_silent_max", "frontier_quantile", "device", "joint_benchmarks", "probe_items",
+                 "probe_from")
         return cls(**{name: defaults.SETTINGS[name].value() for name in names})
 
     def key_settings(self) -> dict[str, Any]:
-        """Every setting that changes a fit, its calibration, its checks or the decision: the fit key's."""
+        """Every setting that changes a fit, its calibration, its checks or the decision: the fit key's
+        (the probe's only when there is one: :func:`sparseeval.refresh_probe.probe_setup`)."""
+        return {**self._shared_key_settings(), **probe_setup(self.probe_items, self.probe_from)}
+
+    def _shared_key_settings(self) -> dict[str, Any]:
+        """The key settings of a benchmark's predictor and the joint one alike (the joint has no probe)."""
         return {"k": self.k, "method": self.method, "seed": self.seed, "val_frac": self.val_frac,
                 "test_frac": self.test_frac, "split_policy": self.split_policy, "alpha": self.alpha,
                 "coverage_tolerance": self.coverage_tolerance, "challenger_margin": self.challenger_margin,
@@ -153,7 +164,7 @@ class FitSettings:
     def joint_key_settings(self, benchmarks: Sequence[str] | None = None) -> dict[str, Any]:
         """The joint predictor's fit key settings: a benchmark's, its benchmark setting and, once
         chosen, its benchmarks."""
-        out = {**self.key_settings(), "joint_benchmarks": self.joint_benchmarks}
+        out = {**self._shared_key_settings(), "joint_benchmarks": self.joint_benchmarks}
         return out if benchmarks is None else {**out, "benchmarks": list(benchmarks)}
 
     def protocol(self) -> ProtocolConfig:
@@ -175,6 +186,8 @@ class Candidate:
     estimator: AnchorEstimator
     fit_seconds: float
     reused: bool = False
+    #: the frontier self-check's figures as they hold for this candidate (with its probe, or without one)
+    frontier: dict[str, Any] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
         """What :func:`sparseeval.publishing.record_decision` reads."""
@@ -427,10 +440,11 @@ class _BenchmarkPhase:
             self.baseline = baseline_mae(self.matrix, self.split, self.k, s.seed, device=s.device)
         if self.frontier is None:
             self.frontier = _selfcheck(
-                ctx.store, self.name, _selfcheck_setup(s, s.method, self.k), len(self.matrix.models), self.version,
-                lambda: frontier_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]), s.method,
-                                           self.k, s.seed, quantile=s.frontier_quantile, alpha=s.alpha,
-                                           device=s.device))
+                ctx.store, self.name, _selfcheck_setup(s, s.method, self.k, **probe_setup(s.probe_items, s.probe_from)),
+                len(self.matrix.models), self.version,
+                lambda: probed_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]), s.method,
+                                         self.k, s.seed, s.probe_items, quantile=s.frontier_quantile, alpha=s.alpha,
+                                         device=s.device, probe_from=s.probe_from))
         save.baseline, save.frontier = self.baseline, self.frontier
 
     def _proposal(self, proposed: Candidate, challenger: Candidate | None, reason: str) -> Proposal:
@@ -438,15 +452,17 @@ class _BenchmarkPhase:
         return Proposal(proposed=proposed, challenger=challenger, reason=reason, mae={b: proposed.mae},
                         baseline={b: self.baseline}, mean_guess={b: mean_guess_mae(self.matrix.scores, self.split)},
                         coverage={b: proposed.coverage}, items=proposed.items, expected_k=self.k,
-                        known_items=set(self.matrix.items), frontier={b: self.frontier or {}})
+                        known_items=set(self.matrix.items), frontier={b: proposed.frontier})
 
     def report(self, ctx: _Context, run: TrackedRun, proposal: Proposal, decision: str) -> dict[str, Any]:
         matrix, s, split, proposed = self.matrix, self.settings, self.split, proposal.proposed
+        frontier = proposed.frontier
         cover = coverage_by_level(matrix, split, proposed.estimator, seed=s.seed)
         run.log_metrics({"test_mae": proposed.mae, "random_linear_mae": self.baseline, "coverage": proposed.coverage,
                          "selection_seconds": proposed.fit_seconds,
                          **{f"coverage/level_{lv:g}": v for lv, v in cover.items()},
-                         **{f"frontier/{name}": v for name, v in frontier_metrics(self.frontier or {}).items()}})
+                         **{f"frontier/{name}": v for name, v in frontier_metrics(frontier).items()},
+                         **{f"frontier/anchors_alone/{name}": v for name, v in _anchors_alone(frontier).items()}})
         with tempfile.TemporaryDirectory() as tmp:
             held = heldout_intervals(matrix, split, proposed.estimator, alpha=s.alpha, seed=s.seed)
             run.log_artifact(plot_predicted_vs_true(held, Path(tmp) / "predicted_vs_true.png",
@@ -458,8 +474,8 @@ class _BenchmarkPhase:
                 "anchors": proposed.items, "selection_seconds": round(proposed.fit_seconds, 2),
                 "train_models": len(split.train), "test_models": len(split.test),
                 "reused_fits": [c.origin for c in (proposal.proposed, proposal.challenger) if c and c.reused],
-                **_frontier_metadata(self.frontier or {}),
-                "frontier_note": _selfcheck_note(self.frontier or {})}
+                **_frontier_metadata(frontier), **_probe_metadata(frontier, s.probe_items),
+                "frontier_note": _selfcheck_note(frontier)}
 
 
 class _Champion(_BenchmarkPhase):
@@ -572,6 +588,10 @@ class _CandidateSaver:
         s, db, matrix = self.ctx.settings, self.ctx.store, self.matrix
         artifact = artifact_from_fit(matrix, self.split, est, alpha=s.alpha, seed=s.seed, models=self.metadata,
                                      settings=db.training_settings(matrix.benchmark), frontier=self.frontier)
+        frontier = attach_probe(artifact, matrix, self.split, s.probe_items, seed=s.seed, alpha=s.alpha,
+                                probe_from=s.probe_from, frontier=self.frontier)
+        if frontier is not self.frontier:  # without the probe it could not fit: the figures that hold for it
+            artifact.extra["frontier"] = frontier
         folder, saved = save_version(artifact, self.ctx.predictor_dir, matrix.benchmark)
         mae = saved.calibration["calibration_mae_points"]  # one held-out MAE: the one predictor.json carries
         coverage = crossfit_coverage(matrix, self.split, est, alpha=s.alpha, seed=s.seed,
@@ -584,12 +604,12 @@ class _CandidateSaver:
             n_train_models=len(self.split.train),
             params={"split": s.split_policy, "val_frac": s.val_frac, "test_frac": s.test_frac, "origin": origin,
                     "fit_seconds": round(seconds, 3), "device": resolve_device(s.device).type,
-                    "frontier": self.frontier, **self.extra},
+                    "frontier": frontier, **self.extra},
             artifact_uri=str(folder.resolve()), predictor_hash=saved.content_hash, origin=origin,
             data_version=self.version, test_mae=mae, baseline_mae=self.baseline, coverage=coverage,
-            **frontier_fields(self.frontier))
+            **frontier_fields(frontier))
         return Candidate(anchor_set_id, str(folder), saved.content_hash, origin, chosen, mae, coverage, est, seconds,
-                         reused)
+                         reused, frontier)
 
 
 #: the frontier self-check stands until the benchmark's models grew by this share since it was measured
@@ -628,6 +648,20 @@ def _selfcheck_note(frontier: dict[str, Any]) -> str:
 def _frontier_metadata(figures: dict[str, Any]) -> dict[str, float]:
     """A self-check's figures as the fit asset's flat ``frontier_*`` metadata (what ``make run`` prints)."""
     return {f"frontier_{name}": round(v, 4) for name, v in frontier_metrics(figures).items()}
+
+
+def _probe_metadata(figures: dict[str, Any], items: int | None) -> dict[str, Any]:
+    """With ``$SPARSEEVAL_PROBE_ITEMS``: the probe the self-check was measured with and the anchors-alone
+    figures beside it (flat, as :func:`_frontier_metadata`), or why there is none (``probe_note``)."""
+    if items is None:
+        return {}
+    alone = {f"frontier_anchors_alone_{name}": round(v, 4) for name, v in _anchors_alone(figures).items()}
+    return {"probe_items": items, **alone, **({"probe_note": figures["probe_note"]} if "probe_note" in figures else {})}
+
+
+def _anchors_alone(figures: dict[str, Any]) -> dict[str, float]:
+    """The anchors-alone figures beside a self-check measured with the probe (none otherwise)."""
+    return frontier_metrics({"measured": "anchors_alone" in figures, **(figures.get("anchors_alone") or {})})
 
 
 def _stored_frontier(db: Store, benchmark: str, setup: dict[str, Any], n_models: int) -> dict[str, Any] | None:

@@ -157,6 +157,16 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
             "weakest 90 %, scored on the strongest 10 %); lower it (0.8) where new models are expected further "
             "beyond the strongest ones: farther beyond, the intervals miss more often (docs/results/frontier.md)",
             cut_quantile),
+    Setting("SPARSEEVAL_PROBE_ITEMS", "",
+            "random non-anchor items of a probe fitted with every published benchmark predictor (as `sparseeval fit "
+            "--probe N`; unset: none): a model the anchors put at the top answers them too (`sparseeval next` asks "
+            "for them), and the frontier self-check, and so the frontier_misses_flagged check, is measured with "
+            "their answers; a benchmark with too few calibration models at the probe level is published without "
+            "one, and says so (docs/results/frontier.md, round 10)", int),
+    Setting("SPARSEEVAL_PROBE_FROM", "0.8",
+            "with SPARSEEVAL_PROBE_ITEMS: the quantile of the calibration models' predictions from which a model is "
+            "asked the probe (`sparseeval fit --probe-from`; 0.5 catches more of mmlu's frontier but asks half of "
+            "all models)", float),
     Setting("SPARSEEVAL_SENSOR_INTERVAL", "30",
             "seconds between two evaluations of each sensor by the Dagster daemon (new files, stale benchmarks, "
             "joint predictor)", int, "pipeline"),

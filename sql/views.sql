@@ -65,13 +65,17 @@ ORDER BY p.benchmark, p.model;
 
 -- How each fitted anchor set fares on models stronger than every model it learned from (its frontier
 -- self-check) beside its in-distribution figures, newest first: the silent misses (outside the interval
--- and not flagged) are what the frontier_misses_flagged publishing check bounds.
+-- and not flagged) are what the frontier_misses_flagged publishing check bounds. With a probe
+-- (SPARSEEVAL_PROBE_ITEMS) the figures are those with its answers: probe_items says how many, and
+-- frontier_silent_anchors_alone what the same fit missed silently from its anchors alone.
 CREATE OR REPLACE VIEW frontier_selfcheck AS
 SELECT benchmark, anchor_set_id, method, k, role, created_at,
        test_mae, coverage,
        frontier_mae, frontier_bias, frontier_coverage, frontier_flagged, frontier_silent, frontier_models,
        frontier_mae / nullif(test_mae, 0) AS frontier_mae_ratio,
-       json_extract(checks, '$.frontier_misses_flagged.passed')::BOOLEAN AS frontier_check_passed
+       json_extract(checks, '$.frontier_misses_flagged.passed')::BOOLEAN AS frontier_check_passed,
+       json_extract(params, '$.frontier.probe_items')::INTEGER AS probe_items,
+       json_extract(params, '$.frontier.anchors_alone.silent_misses')::DOUBLE AS frontier_silent_anchors_alone
 FROM anchor_sets
 WHERE frontier_mae IS NOT NULL
 ORDER BY benchmark, created_at DESC, anchor_set_id DESC;

@@ -342,9 +342,10 @@ def test_the_probe_stores_a_threshold_per_prefix_never_below_the_full_one(mmlu_f
     assert min(by_prefix) >= probe["threshold"] and max(by_prefix) > probe["threshold"]
 
 
-def test_fit_refuses_a_probe_it_cannot_draw_before_fitting(tmp_path: Path, capsys) -> None:
+def test_fit_refuses_a_probe_it_cannot_draw_before_fitting(tmp_path: Path, capsys,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A joint predictor has no probe, and a probe cannot take more items than the anchors leave: both
-    refused with the reason, nothing written."""
+    refused with the reason, nothing written; the same for the probe ``$SPARSEEVAL_PROBE_ITEMS`` asks."""
     out = tmp_path / "p"
     assert main(["fit", "--data", str(OPENLLM_DIR), "--method", "sparseeval-joint", "--benchmark", "arc,mmlu",
                  "--probe", "10", "--out", str(out)]) == 2
@@ -363,3 +364,10 @@ def test_fit_refuses_a_probe_it_cannot_draw_before_fitting(tmp_path: Path, capsy
     assert "--probe 5: benchmark 'toy' has 12 items, 8 of them anchors; a probe can draw at most 4" in \
         capsys.readouterr().err
     assert not out.exists()
+    # $SPARSEEVAL_PROBE_ITEMS is fit's default --probe (as the refresh's), never a joint predictor's
+    monkeypatch.setenv("SPARSEEVAL_PROBE_ITEMS", "5")
+    assert main(["fit", "--data", str(data), "--benchmark", "toy", "-k", "8", "--out", str(out)]) == 2
+    assert "--probe 5: benchmark 'toy' has 12 items" in capsys.readouterr().err
+    assert main(["fit", "--data", str(OPENLLM_DIR), "--method", "sparseeval-joint", "--benchmark", "arc,nosuch",
+                 "--out", str(out)]) == 2
+    assert "no benchmark 'nosuch'" in capsys.readouterr().err and not out.exists()

@@ -52,6 +52,10 @@ ROWS: dict[str, tuple[Any, set[str]]] = {
     # when a comparison runs (many new models, else the weekly schedule), not what it computes
     "compare_new_share": (0.5, set()),
     "joint_benchmarks": ("arc,gsm8k", {JOINT}),
+    # a benchmark's predictor gets a probe (the joint predictor has none)
+    "probe_items": (40, {FIT}),
+    # where a probe starts: nothing without one (a probe and its level together: test below)
+    "probe_from": (0.5, set()),
     # the same fit on any device (the device only decides where it runs)
     "device": ("cpu", set()),
     # where the champion is published, not what is fitted or decided
@@ -91,6 +95,12 @@ def test_every_setting_is_classified() -> None:
 def test_a_setting_changes_exactly_the_keys_it_affects(name: str) -> None:
     base, changed = _keys(SettingsResource(**BASE)), _keys(_changed(name))
     assert {key for key in base if base[key] != changed[key]} == ROWS[name][1]
+
+
+def test_where_the_probe_starts_changes_the_fit_key_only_with_a_probe() -> None:
+    with_probe = {**BASE, "probe_items": 40}
+    base, changed = _keys(SettingsResource(**with_probe)), _keys(SettingsResource(**with_probe, probe_from=0.5))
+    assert {key for key in base if base[key] != changed[key]} == {FIT}
 
 
 # --- through the real sensor, after a real refresh ---------------------------------------------------

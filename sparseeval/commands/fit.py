@@ -31,7 +31,7 @@ from sparseeval.commands.arguments import (
 from sparseeval.errors import UsageError
 from sparseeval.frontier import ceiling_note, selfcheck_lines
 from sparseeval.methods.joint import JOINT_METHOD
-from sparseeval.probe import PROBE_FROM_QUANTILE, probe_selfcheck_line
+from sparseeval.probe import probe_selfcheck_line
 from sparseeval.progress import progress_bar
 from sparseeval.publishing import is_managed, published_path
 from sparseeval.readers.base import InputError
@@ -96,8 +96,11 @@ def run(args: argparse.Namespace) -> int:
                          "every other method one")
     if joint and args.probe is not None:
         raise UsageError(f"--probe is for single-benchmark predictors; --method {JOINT_METHOD} has none")
-    if args.probe_from is not None and args.probe is None:
+    # $SPARSEEVAL_PROBE_ITEMS / _FROM as the refresh reads them (never for a joint predictor, which has no probe)
+    probe = args.probe if args.probe is not None or joint else settings.SETTINGS["probe_items"].value()
+    if args.probe_from is not None and probe is None:
         raise UsageError("--probe-from sets where the probe starts: it needs --probe N")
+    probe_from = settings.SETTINGS["probe_from"].value() if args.probe_from is None else args.probe_from
     bench = JOINT_METHOD if joint else benches[0]
     out = args.out or published_path(args.registry or settings.predictor_dir(), bench)
     if is_managed(out):  # before the fit: refusing after minutes of work would waste them
@@ -126,16 +129,16 @@ def run(args: argparse.Namespace) -> int:
             responses, scores = data.long(bench)
             n_items = responses.lazy().select(pl.col("item_id").n_unique()).collect().item()
             check_k_below_items(args.k, n_items, bench, args.data)
-            if args.probe is not None and args.k + args.probe > n_items:
-                raise InputError(args.data, f"--probe {args.probe}: benchmark {bench!r} has {n_items} items, "
+            if probe is not None and args.k + probe > n_items:
+                raise InputError(args.data, f"--probe {probe}: benchmark {bench!r} has {n_items} items, "
                                             f"{args.k} of them anchors; a probe can draw at most {n_items - args.k}")
             artifact = fit_predictor(responses, scores, bench, args.k, args.method,
                                      calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
                                      alpha=args.alpha, models=data.models(),
                                      row_mean_is_score=args.row_mean_is_score,
                                      settings=training_settings(bench, data.settings(bench)),
-                                     frontier_quantile=args.frontier_quantile, probe_items=args.probe,
-                                     probe_from=PROBE_FROM_QUANTILE if args.probe_from is None else args.probe_from)
+                                     frontier_quantile=args.frontier_quantile, probe_items=probe,
+                                     probe_from=probe_from)
         tick(f"selected and calibrated {artifact.k} anchors")
         if args.data_licence:
             artifact.extra["data_licence"] = args.data_licence
@@ -176,7 +179,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
                               epilog="environment variables (the options above override them):\n"
                                      + settings.describe("method", "k", "seed", "device", "alpha",
-                                                         "frontier_quantile", "frontier_silent_max", "predictors",
+                                                         "frontier_quantile", "frontier_silent_max", "probe_items",
+                                                         "probe_from", "predictors",
                                                          "data_dir"))
     p.add_argument("--data", type=existing_path, required=True, metavar="PATH",
                    help="results in any supported format (every model is used for fitting or calibration)")
@@ -206,12 +210,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "top of the calibration models answers them too (`sparseeval export --probe`), and where "
                         "they put it higher than its anchors do, by more than they disagree on the calibration "
                         "models, predict flags it, predicts it halfway between and widens its interval to span both "
-                        "(anchors that saturate under-estimate stronger models; random items do not saturate). "
-                        "Default: no probe")
+                        "(anchors that saturate under-estimate stronger models; random items do not saturate); "
+                        "default none, " + settings.overrides("probe_items"))
     p.add_argument("--probe-from", type=open_fraction, default=None, metavar="Q",
-                   help=f"with --probe: ask it of predictions at or above this quantile of the calibration models' "
-                        f"predictions (default {PROBE_FROM_QUANTILE}; lower catches more stronger models hidden "
-                        "among the ordinary ones and asks more models for the probe)")
+                   help="with --probe: ask it of predictions at or above this quantile of the calibration models' "
+                        "predictions (lower catches more stronger models hidden among the ordinary ones and asks more "
+                        "models for the probe); " + settings.overrides("probe_from"))
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "
                         "row mean as its score (never assumed: stored items are often a subset)")

@@ -1,0 +1,145 @@
+"""The probe on the refresh's path (``$SPARSEEVAL_PROBE_ITEMS``, :mod:`sparseeval.refresh_probe`).
+
+On real mmlu (the shared Open LLM Leaderboard data), through a real Dagster materialization: the
+candidate carries a probe of the asked size beside its anchors, and its frontier self-check, and so
+the blocking ``frontier_misses_flagged`` check, is measured with the probe's answers, the anchors-alone
+figures beside them in the asset's metadata, DuckDB, MLflow and the predictor. On a board too small
+for a probe nothing is guessed: the predictor is published without one, gated on exactly the
+anchors-alone self-check, and every surface says why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from mlflow import MlflowClient
+
+from pipelines.assets import candidate, champion, response_matrix
+from pipelines.checks import publishing_checks
+from pipelines.io_managers import MatrixIOManager
+from pipelines.partitions import add_benchmarks
+from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
+from pipelines.run_all import summary_line
+from sparseeval.artifact import load_predictor
+from sparseeval.matrix_store import MatrixStore
+from sparseeval.model_card import model_card
+from sparseeval.publishing import published_path
+from sparseeval.refresh_policy import FitSettings, refresh_benchmark
+from sparseeval.refresh_probe import PROBE_KEYS, anchors_alone
+from sparseeval.store import Store
+from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.tracking import TrackingConfig, ensure_experiment
+from tests.support import OPENLLM_DIR, needs_real_data
+
+pytestmark = pytest.mark.slow
+
+PROBE_N = 40
+
+
+@needs_real_data
+def test_the_pipeline_fits_mmlu_a_probe_and_gates_its_frontier_check_on_the_probes_answers(tmp_path: Path) -> None:
+    from pipelines.assets import raw_results
+
+    resources = {
+        "store": StoreResource(path=str(tmp_path / "sparseeval.duckdb")),
+        "tracking": TrackingResource(data_dir=str(tmp_path)),
+        "source": SourceResource(path=str(OPENLLM_DIR)),
+        "settings": SettingsResource(probe_items=PROBE_N, predictor_dir=str(tmp_path / "predictors"), device="cpu"),
+        "io_manager": MatrixIOManager(base_dir=str(tmp_path / "io")),
+    }
+    instance = dg.DagsterInstance.ephemeral()
+    assert dg.materialize([raw_results], resources=resources, instance=instance).success
+    add_benchmarks(instance, ["mmlu"])
+    run = dg.materialize([response_matrix, candidate, champion, *publishing_checks], partition_key="mmlu",
+                         resources=resources, instance=instance, selection=[response_matrix, candidate, champion],
+                         raise_on_error=False)
+    meta = next({k: v.value for k, v in e.event_specific_data.materialization.metadata.items()}
+                for e in run.get_asset_materialization_events()
+                if e.event_specific_data.materialization.asset_key.to_user_string() == "candidate")
+    check = next(e for e in run.get_asset_check_evaluations()
+                 if e.asset_key.to_user_string() == "candidate" and e.check_name == "frontier_misses_flagged")
+    figures = check.metadata["figures"].value
+    alone = figures["anchors_alone"]
+    # measured with the probe's answers, the anchors alone beside them (the same inner fit)
+    assert figures["probe_items"] == PROBE_N and figures["measured"] and figures["n"] >= 20
+    assert figures["probe_flagged"] > 0 and figures["silent_misses"] < alone["silent_misses"], figures
+    message = check.metadata["message"].value
+    assert f"with the answers to the probe's {PROBE_N} items (from the anchors alone " \
+           f"{100 * alone['silent_misses']:.1f} % missed silently" in message
+    assert check.passed == (figures["silent_misses"] <= FitSettings().frontier_silent_max)
+    assert meta["probe_items"] == PROBE_N
+    assert meta["frontier_silent_misses"] == pytest.approx(figures["silent_misses"], abs=1e-4)
+    assert meta["frontier_anchors_alone_silent_misses"] == pytest.approx(alone["silent_misses"], abs=1e-4)
+    assert f"probe: {PROBE_N} items; the frontier self-check above is with their answers (from the anchors alone " \
+           f"{100 * alone['silent_misses']:.1f} % missed silently)" in summary_line("mmlu", run, 1.0)  # make run's
+    # the candidate as saved (published or not, its version is kept): its probe, and the figures it gated on
+    store = Store(tmp_path / "sparseeval.duckdb")
+    row = store.anchor_set(int(meta["evaluated"]))
+    assert row["frontier_silent"] == pytest.approx(figures["silent_misses"], abs=1e-4)
+    view = store.query("SELECT probe_items, frontier_silent, frontier_silent_anchors_alone FROM frontier_selfcheck "
+                       "WHERE anchor_set_id = $i", {"i": row["anchor_set_id"]}).row(0)
+    assert view == pytest.approx((PROBE_N, figures["silent_misses"], alone["silent_misses"]), abs=1e-4)
+    art = load_predictor(row["artifact_uri"])
+    probe = art.extra["probe"]
+    assert len(probe["item_ids"]) == PROBE_N and not set(probe["item_ids"]) & set(art.anchor_item_ids)
+    assert probe["level_quantile"] == SettingsResource().probe_from and probe["selfcheck"] == art.extra["frontier"]
+    assert art.extra["frontier"]["anchors_alone"] == pytest.approx(alone, abs=1e-4)
+    card = model_card(art)  # what the Hub page of this predictor says
+    assert f"Measured with the answers to the probe's {PROBE_N} items" in card and "## Probe" in card
+    assert f"silent_misses {alone['silent_misses']:.4g}" in card and "| anchors_alone |" not in card
+    client = MlflowClient(TrackingConfig(data_dir=tmp_path).resolved_tracking_uri)
+    [mlflow_run] = client.search_runs([ensure_experiment(TrackingConfig(data_dir=tmp_path), client)],
+                                      "tags.`sparseeval.step` = 'candidate'")
+    assert mlflow_run.data.metrics["frontier/anchors_alone/silent_misses"] == pytest.approx(alone["silent_misses"],
+                                                                                           abs=1e-4)
+    assert (store.champion("mmlu") is not None) == check.passed
+
+
+def test_a_board_too_small_for_a_probe_is_published_without_one_gated_on_the_anchors_alone(tmp_path: Path) -> None:
+    """300 models: enough stronger fitting models for the self-check (>= 20), too few calibration models
+    at the probe level for a threshold (< 30) in the self-check's fit and in the candidate's."""
+    lb = generate_leaderboard(n_families=30, models_per_family=10, benchmarks={"arc": 80}, seed=7)
+    write_leaderboard(lb, tmp_path / "src")
+    store = Store(tmp_path / "sparseeval.duckdb")
+    store.ingest(tmp_path / "src")
+    matrix = MatrixStore.beside(store).update(store, "arc").matrix
+    tracking = TrackingConfig(data_dir=tmp_path)
+
+    def refresh(**probe: object):
+        return refresh_benchmark(matrix, store, tracking, tmp_path / "predictors",
+                                 FitSettings(k=8, method="sparseeval-linear", frontier_silent_max=0.5, **probe),
+                                 publish=True, challenger=False)
+
+    probed = refresh(probe_items=20)
+    note = probed.figures["probe_note"]
+    assert note.startswith("published without a probe: ") and "calibration models at the probe level" in note, note
+    assert "; its frontier self-check measured from the anchors alone: no probe could be fitted on the self-check's " \
+           "fitting models" in note
+    assert probed.passed and probed.published
+    art = load_predictor(published_path(tmp_path / "predictors", "arc"))
+    assert "probe" not in art.extra and art.extra["frontier"]["probe_note"] == note
+    assert "frontier_anchors_alone_silent_misses" not in probed.figures
+    # exactly the self-check a refresh without the probe measures (its own fit key, its own measurement)
+    plain = refresh()
+    assert plain.fit_key != probed.fit_key and "probe_note" not in plain.figures
+    frontier = {k: v for k, v in plain.figures.items() if k.startswith("frontier_") and k != "frontier_note"}
+    assert frontier and frontier == {k: probed.figures[k] for k in frontier}
+
+
+def test_a_self_check_with_the_probe_falls_back_to_its_anchors_alone_figures() -> None:
+    """A candidate whose own probe cannot be fitted is gated on the anchors-alone figures of the very
+    self-check, never on those of a probe it does not carry, and its figures are not reused as that setup's."""
+    measured = {"measured": True, "mae": 3.0, "bias": -1.0, "coverage": 0.8, "halfwidth": 2.0, "flagged": 0.5,
+                "silent_misses": 0.1, "n": 40, "cut_score": 0.7, "quantile": 0.9, "setup": {"probe_items": 40},
+                "probe_items": 40, "probe_from": 0.8, "probe_flagged": 0.3,
+                "anchors_alone": {"mae": 6.0, "bias": -6.0, "coverage": 0.4, "halfwidth": 2.0, "flagged": 0.1,
+                                  "silent_misses": 0.5, "n": 40, "probe_flagged": 0.0}}
+    fallen = anchors_alone(measured, "published without a probe: too few")
+    assert fallen == {"measured": True, "mae": 6.0, "bias": -6.0, "coverage": 0.4, "halfwidth": 2.0, "flagged": 0.1,
+                      "silent_misses": 0.5, "n": 40, "cut_score": 0.7, "quantile": 0.9,
+                      "probe_note": "published without a probe: too few"}
+    assert not set(fallen) & set(PROBE_KEYS) and "setup" not in fallen
+    plain = {"measured": True, "silent_misses": 0.2}
+    assert anchors_alone(plain, "why") is plain  # measured without a probe: as it is
