@@ -21,6 +21,7 @@ from pipelines.definitions import defs
 from pipelines.partitions import add_benchmarks, partition_key
 from sparseeval import settings
 from sparseeval.comparison import ComparisonSettings, comparison_due
+from sparseeval.refresh_probe import summary as probe_summary
 from sparseeval.store import Store
 
 #: step-level DEBUG events stay in the Dagster UI; the terminal gets INFO (progress and results)
@@ -86,12 +87,8 @@ def _frontier_line(fit: dict) -> str:
 
 def _probe_line(fit: dict) -> str:
     """With ``SPARSEEVAL_PROBE_ITEMS``: the probe a benchmark's predictor carries, or why it has none."""
-    if "probe_note" in fit:
-        return f"\n  {'':<12} probe: {fit['probe_note']}"
-    if "frontier_anchors_alone_silent_misses" not in fit:
-        return ""
-    return (f"\n  {'':<12} probe: {fit['probe_items']} items; the frontier self-check above is with their answers "
-            f"(from the anchors alone {100 * fit['frontier_anchors_alone_silent_misses']:.1f} % missed silently)")
+    line = probe_summary(fit)
+    return f"\n  {'':<12} {line}" if line else ""
 
 
 def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:

@@ -18,6 +18,7 @@ probe it does not carry.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -97,3 +98,16 @@ def attach(artifact: PredictorArtifact, matrix: ResponseMatrix, split: Split, it
         probe["selfcheck"] = frontier
     artifact.extra["probe"] = probe
     return frontier
+
+
+def summary(figures: Mapping[str, Any]) -> str | None:
+    """One line on a refreshed benchmark's probe, from its result's figures (the fit step's metadata):
+    the probe its frontier self-check was measured with, or why it has none; None without
+    ``$SPARSEEVAL_PROBE_ITEMS``. ``make run``'s summary and ``sparseeval refresh`` print it."""
+    if "probe_note" in figures:
+        return f"probe: {figures['probe_note']}"
+    if "frontier_anchors_alone_silent_misses" not in figures:
+        return None
+    return (f"probe: {figures['probe_items']} items; the frontier self-check is measured with their answers: "
+            f"{100 * float(figures['frontier_silent_misses']):.1f} % of the stronger models missed silently "
+            f"(from the anchors alone {100 * float(figures['frontier_anchors_alone_silent_misses']):.1f} %)")

@@ -10,6 +10,7 @@ anchors-alone self-check, and every surface says why.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -23,6 +24,7 @@ from pipelines.partitions import add_benchmarks
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from pipelines.run_all import summary_line
 from sparseeval.artifact import load_predictor
+from sparseeval.cli import main as cli_main
 from sparseeval.matrix_store import MatrixStore
 from sparseeval.model_card import model_card
 from sparseeval.publishing import published_path
@@ -72,8 +74,9 @@ def test_the_pipeline_fits_mmlu_a_probe_and_gates_its_frontier_check_on_the_prob
     assert meta["probe_items"] == PROBE_N
     assert meta["frontier_silent_misses"] == pytest.approx(figures["silent_misses"], abs=1e-4)
     assert meta["frontier_anchors_alone_silent_misses"] == pytest.approx(alone["silent_misses"], abs=1e-4)
-    assert f"probe: {PROBE_N} items; the frontier self-check above is with their answers (from the anchors alone " \
-           f"{100 * alone['silent_misses']:.1f} % missed silently)" in summary_line("mmlu", run, 1.0)  # make run's
+    assert f"probe: {PROBE_N} items; the frontier self-check is measured with their answers: " \
+           f"{100 * figures['silent_misses']:.1f} % of the stronger models missed silently (from the anchors alone " \
+           f"{100 * alone['silent_misses']:.1f} %)" in summary_line("mmlu", run, 1.0)  # make run's
     # the candidate as saved (published or not, its version is kept): its probe, and the figures it gated on
     store = Store(tmp_path / "sparseeval.duckdb")
     row = store.anchor_set(int(meta["evaluated"]))
@@ -97,35 +100,39 @@ def test_the_pipeline_fits_mmlu_a_probe_and_gates_its_frontier_check_on_the_prob
     assert (store.champion("mmlu") is not None) == check.passed
 
 
-def test_a_board_too_small_for_a_probe_is_published_without_one_gated_on_the_anchors_alone(tmp_path: Path) -> None:
+def test_a_board_too_small_for_a_probe_is_published_without_one_gated_on_the_anchors_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """300 models: enough stronger fitting models for the self-check (>= 20), too few calibration models
-    at the probe level for a threshold (< 30) in the self-check's fit and in the candidate's."""
+    at the probe level for a threshold (< 30) in the self-check's fit and in the candidate's. Refreshed by
+    ``sparseeval refresh`` with ``$SPARSEEVAL_PROBE_ITEMS`` set, then by the library without a probe."""
     lb = generate_leaderboard(n_families=30, models_per_family=10, benchmarks={"arc": 80}, seed=7)
     write_leaderboard(lb, tmp_path / "src")
     store = Store(tmp_path / "sparseeval.duckdb")
     store.ingest(tmp_path / "src")
-    matrix = MatrixStore.beside(store).update(store, "arc").matrix
-    tracking = TrackingConfig(data_dir=tmp_path)
-
-    def refresh(**probe: object):
-        return refresh_benchmark(matrix, store, tracking, tmp_path / "predictors",
-                                 FitSettings(k=8, method="sparseeval-linear", frontier_silent_max=0.5, **probe),
-                                 publish=True, challenger=False)
-
-    probed = refresh(probe_items=20)
-    note = probed.figures["probe_note"]
+    for name, value in {"DATA_DIR": str(tmp_path), "K": "8", "METHOD": "sparseeval-linear", "PROBE_ITEMS": "20",
+                        "FRONTIER_SILENT_MAX": "0.5", "JOINT_BENCHMARKS": "none"}.items():
+        monkeypatch.setenv(f"SPARSEEVAL_{name}", value)
+    monkeypatch.delenv("SPARSEEVAL_DB", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    capsys.readouterr()
+    assert cli_main(["-q", "refresh", "--compare", "never", "--json", "-"]) == 0
+    [record] = json.loads(capsys.readouterr().out)
+    note = record["probe"]
     assert note.startswith("published without a probe: ") and "calibration models at the probe level" in note, note
     assert "; its frontier self-check measured from the anchors alone: no probe could be fitted on the self-check's " \
            "fitting models" in note
-    assert probed.passed and probed.published
+    assert record["passed"] and record["published"]
     art = load_predictor(published_path(tmp_path / "predictors", "arc"))
     assert "probe" not in art.extra and art.extra["frontier"]["probe_note"] == note
-    assert "frontier_anchors_alone_silent_misses" not in probed.figures
+    assert "anchors_alone" not in art.extra["frontier"]
     # exactly the self-check a refresh without the probe measures (its own fit key, its own measurement)
-    plain = refresh()
-    assert plain.fit_key != probed.fit_key and "probe_note" not in plain.figures
-    frontier = {k: v for k, v in plain.figures.items() if k.startswith("frontier_") and k != "frontier_note"}
-    assert frontier and frontier == {k: probed.figures[k] for k in frontier}
+    plain = refresh_benchmark(MatrixStore.beside(store).update(store, "arc").matrix, store,
+                              TrackingConfig(data_dir=tmp_path), tmp_path / "predictors",
+                              FitSettings(k=8, method="sparseeval-linear", frontier_silent_max=0.5), challenger=False)
+    assert plain.status == "decided" and "probe_note" not in plain.figures
+    columns = "frontier_mae, frontier_bias, frontier_coverage, frontier_flagged, frontier_silent, frontier_models"
+    rows = store.query(f"SELECT {columns} FROM anchor_sets WHERE benchmark = 'arc' ORDER BY anchor_set_id").rows()
+    assert len(rows) == 2 and rows[0] == rows[1] and rows[0][0] is not None
 
 
 def test_a_self_check_with_the_probe_falls_back_to_its_anchors_alone_figures() -> None:

@@ -49,8 +49,9 @@ examples:
 
 #: the settings a refresh reads from the environment (the --help table)
 SETTINGS = ("db", "data_dir", "predictors", "method", "k", "seed", "device", "alpha", "coverage_tolerance",
-            "challenger_margin", "challenger_min_days", "joint_benchmarks", "compare_methods", "compare_ks",
-            "compare_seeds", "compare_budget_s", "compare_new_share")
+            "challenger_margin", "challenger_min_days", "frontier_silent_max", "frontier_quantile", "probe_items",
+            "probe_from", "joint_benchmarks", "compare_methods", "compare_ks", "compare_seeds", "compare_budget_s",
+            "compare_new_share")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from sparseeval.comparison import ComparisonSettings, compare_methods, comparison_due
     from sparseeval.matrix_store import MatrixStore
     from sparseeval.refresh_policy import FitSettings, refresh_benchmark, refresh_joint
+    from sparseeval.refresh_probe import summary as probe_summary
     from sparseeval.store import Store
     from sparseeval.tracking import TrackingConfig
 
@@ -117,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
         say(f"{bench}: matrix {update.describe()}; {result.decision}"
             + (f"; challenger: {rival['decision']}" if rival else "") + (f"; published {published}" if published
                                                                          else ""))
+        probe = probe_summary(result.figures)  # None without $SPARSEEVAL_PROBE_ITEMS
+        record["probe"] = probe and probe.removeprefix("probe: ")
+        if probe:
+            say(f"{bench}: {probe}")
         due = comparison_due(store, bench, compare, version=result.data_version or None)
         if args.compare == "always" or (args.compare == "due" and due.due):
             done = compare_methods(update.matrix, store, tracking, compare, log=log)
@@ -132,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         rejected += not joint.passed
         records.append({"benchmark": joint.benchmark, "matrix": None, "status": joint.status,
                         "data_version": joint.data_version, "decision": joint.decision, "passed": joint.passed,
-                        "challenger": None, "comparison": None,
+                        "challenger": None, "comparison": None, "probe": None,
                         "published": [{"anchor_set_id": p.anchor_set_id, "alias": p.alias,
                                        "registry_version": p.registry_version} for p in joint.published]})
         say(f"{joint.benchmark}: {joint.decision}")
