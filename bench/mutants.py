@@ -333,6 +333,21 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/refresh_probe.py", '    if "anchors_alone" not in figures:\n        return figures',
              "    return figures"),),
            (PROBE_REFRESH,)),
+    Mutant("store-newcomers-ignore-probe", "a champion with a probe scores the store's newcomers from their anchors "
+           "alone, though they ran the probe's items too",
+           (("sparseeval/publishing.py", "[*artifact.anchor_item_ids, *probe_items]", "artifact.anchor_item_ids"),),
+           (PROBE_REFRESH,)),
+    Mutant("prediction-warnings-not-stored", "DuckDB's predictions keep the number but drop what predict warns "
+           "under it",
+           (("sparseeval/store/results.py", "_reason(r), _warnings(r), _now()", "_reason(r), None, _now()"),),
+           (PROBE_REFRESH,)),
+    Mutant("short-newcomer-stops-scoring", "one newcomer that ran too few anchors stops every newcomer of its "
+           "benchmark from being scored (the publish step fails after publishing)",
+           (("sparseeval/publishing.py", "    from sparseeval.scoring import predict_scorable\n",
+             "    from sparseeval.scoring import predict\n"),
+            ("sparseeval/publishing.py", "predictions, skipped = predict_scorable(artifact, answers) if answers.height",
+             "predictions, skipped = (predict(artifact, answers), {}) if answers.height")),
+           ("tests/test_pipeline.py", "-k", "predictions_asset")),
     # the served mode
     Mutant("port-probe-without-reuseaddr", "the free-port probe binds without SO_REUSEADDR (TIME_WAIT counts as used)",
            (("sparseeval/serve/bootstrap.py", "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n", ""),),

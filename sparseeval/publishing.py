@@ -37,7 +37,7 @@ import re
 import shutil
 import signal
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -384,18 +384,38 @@ def record_challenger(store: Any, benchmark: str, *, fit_key: str, data_version:
     return f"proposed #{challenger['anchor_set_id']} as challenger"
 
 
-def score_anchor_only_models(store: Any, benchmark: str) -> int:
+@dataclass(frozen=True)
+class AnchorOnlyScores:
+    """What :func:`score_anchor_only_models` did: how many models it scored, and the models it could
+    not score with why (too few anchors answered), which the caller shows (never a guessed number)."""
+
+    scored: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def warning(self, benchmark: str) -> str | None:
+        """The models left out, in one line for the log (None when every model was scored)."""
+        if not self.skipped:
+            return None
+        shown = "; ".join(f"{model} ({why})" for model, why in list(self.skipped.items())[:10])
+        more = f"; and {len(self.skipped) - 10} more" if len(self.skipped) > 10 else ""
+        return f"{benchmark}: {len(self.skipped)} model(s) with anchor answers not scored: {shown}{more}"
+
+
+def score_anchor_only_models(store: Any, benchmark: str) -> AnchorOnlyScores:
     """Score every stored model of ``benchmark`` with anchor answers and no full score, with the current
-    champion (an upsert keyed by model and anchor set: running it twice changes nothing); the count."""
-    from sparseeval.scoring import predict
+    champion (an upsert keyed by model and anchor set: running it twice changes nothing). The answers
+    read are the anchors' and, when the champion has a probe, its probe items' (a newcomer that ran them
+    is checked by them, as ``predict`` checks it); a model too short to predict is left out and named."""
+    from sparseeval.scoring import predict_scorable
 
     current = store.champion(benchmark)
     if current is None:
-        return 0
+        return AnchorOnlyScores()
     artifact = load_predictor(current["artifact_uri"])
-    answers = store.anchor_answers_without_score(benchmark, artifact.anchor_item_ids)
-    rows = [{**p.as_dict(), "anchor_set_id": current["anchor_set_id"]}
-            for p in (predict(artifact, answers) if answers.height else [])]
+    probe_items = (artifact.extra.get("probe") or {}).get("item_ids") or []
+    answers = store.anchor_answers_without_score(benchmark, [*artifact.anchor_item_ids, *probe_items])
+    predictions, skipped = predict_scorable(artifact, answers) if answers.height else ([], {})
+    rows = [{**p.as_dict(), "anchor_set_id": current["anchor_set_id"]} for p in predictions]
     if rows:
         store.save_predictions(rows)
-    return len(rows)
+    return AnchorOnlyScores(len(rows), skipped)

@@ -85,6 +85,7 @@ from sparseeval.methods.base import AnchorEstimator
 from sparseeval.methods.joint import JOINT_METHOD, JOINT_SEP, MEAN, common_models, joint_data, restrict_models
 from sparseeval.plots import coverage_by_level, heldout_intervals, plot_coverage_by_level, plot_predicted_vs_true
 from sparseeval.publishing import (
+    AnchorOnlyScores,
     Published,
     Publisher,
     record_challenger,
@@ -231,6 +232,8 @@ class RefreshResult:
     figures: dict[str, Any] = field(default_factory=dict)
     published: tuple[Published, ...] = ()
     models_scored: int = 0  #: anchor-only models scored by a champion this call published
+    #: anchor-only models it could not score (too few anchors answered), with why
+    models_not_scored: dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -322,8 +325,11 @@ def _refresh(subject: _Subject, ctx: _Context, *, publish: bool) -> RefreshResul
         done = tuple(publisher.publish_open(name))
         # a new champion scores the models that ran only the anchors (as the pipeline's publish step does)
         scored = score_anchor_only_models(ctx.store, name) \
-            if name != JOINT_METHOD and any(p.alias == "champion" for p in done) else 0
-    return RefreshResult(**{**result.__dict__, "published": done, "models_scored": scored})
+            if name != JOINT_METHOD and any(p.alias == "champion" for p in done) else AnchorOnlyScores()
+    if warning := scored.warning(name):
+        ctx.log.warning("%s", warning)
+    return RefreshResult(**{**result.__dict__, "published": done, "models_scored": scored.scored,
+                            "models_not_scored": scored.skipped})
 
 
 def _resume_gate(ctx: _Context, name: str, key: str, version: str) -> RefreshResult | None:
@@ -373,7 +379,8 @@ def refresh_benchmark(matrix: ResponseMatrix, store: Store, tracking: TrackingCo
              **{k: v for k, v in second.figures.items() if k != "anchors"}}
     return RefreshResult(**{**first.__dict__, "figures": {**first.figures, "challenger": rival},
                             "published": first.published + second.published,
-                            "models_scored": first.models_scored + second.models_scored})
+                            "models_scored": first.models_scored + second.models_scored,
+                            "models_not_scored": {**first.models_not_scored, **second.models_not_scored}})
 
 
 def select_challenger(matrix: ResponseMatrix, store: Store, tracking: TrackingConfig, predictor_dir: str | Path,

@@ -265,6 +265,28 @@ def predict(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.Data
     return _predict_matrix(artifact, *answer_matrices(artifact, answers))
 
 
+def predict_scorable(artifact_or_folder: PredictorArtifact | str | Path,
+                     answers: pl.DataFrame) -> tuple[list[Prediction], dict[str, str]]:
+    """:func:`predict` for every model in ``answers`` that answered enough anchors, and, for each other
+    model, why it was not predicted (``{model: reason}``).
+
+    Why not :func:`predict`: a user who runs ``predict`` on a sheet is told which model is short and fixes
+    it, but a store scores every newcomer it holds at once, and one model that ran a handful of anchors
+    (a half-finished run, answers to the probe alone) must neither stop the others from being scored nor
+    be given a number its answers cannot support."""
+    artifact = _as_artifact(artifact_or_folder)
+    models, X, P = answer_matrices(artifact, answers)
+    short = set(_short_rows(artifact, X).tolist())
+    need = (artifact.k + 1) // 2
+    skipped = {models[i]: f"answered {int((~np.isnan(X[i])).sum())} of {artifact.k} anchors of "
+                          f"{artifact.benchmark!r}; at least {need} (or a prefix of the adaptive order) are needed"
+               for i in sorted(short)}
+    keep = [i for i in range(len(models)) if i not in short]
+    if not keep:
+        return [], skipped
+    return _predict_matrix(artifact, [models[i] for i in keep], X[keep], None if P is None else P[keep]), skipped
+
+
 def compare(artifact_or_folder: PredictorArtifact | str | Path, answers: pl.DataFrame,
             model_a: str, model_b: str) -> Comparison:
     """Paired comparison of two models answered on the same anchors.

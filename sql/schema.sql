@@ -245,6 +245,9 @@ CREATE TABLE IF NOT EXISTS predictions (
 -- why a prediction is flagged, in words ("stronger than every training model (...)"; reasons joined by
 -- " | "), NULL when it is not
 ALTER TABLE predictions ADD COLUMN IF NOT EXISTS ood_reason VARCHAR;
+-- what `predict` would print under the prediction, joined by " | " (a self-check's "may be too low" above
+-- its failed cut, the probe's "answer the probe's items too" at its level, ...), NULL when nothing
+ALTER TABLE predictions ADD COLUMN IF NOT EXISTS warnings VARCHAR;
 
 -- Hugging Face Hub dataset repos (sparseeval.hub_sources): per repo and requested revision, the commit
 -- sha last ingested, so an unchanged repo costs one metadata call; and per file the blob id ingested,

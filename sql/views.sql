@@ -54,7 +54,7 @@ FROM evaluation_summary
 ORDER BY benchmark, k, rank, method;
 
 CREATE OR REPLACE VIEW predictions_vs_truth AS
-SELECT p.model, p.benchmark, p.anchor_set_id, p.predicted, p.lower, p.upper, p.ood, p.ood_reason,
+SELECT p.model, p.benchmark, p.anchor_set_id, p.predicted, p.lower, p.upper, p.ood, p.ood_reason, p.warnings,
        s.score AS true_score,
        p.predicted - s.score AS error,
        abs(p.predicted - s.score) AS abs_error,

@@ -413,18 +413,24 @@ def test_two_partitions_launched_together_both_succeed(pipeline: dict, tmp_path:
 
 
 def test_predictions_asset_scores_models_with_only_anchor_answers(pipeline: dict) -> None:
-    """A newcomer that ran only the published anchors lands in `predictions`, with an interval."""
+    """A newcomer that ran only the published anchors lands in `predictions`, with an interval; one that
+    ran two of them is not scored (and does not stop the other from being scored): the assets say why."""
     root = pipeline["root"]
     meta = json.loads((root / "predictors" / "arc" / "predictor.json").read_text())
     items = [a["item_id"] for a in meta["anchors"]]
-    newcomer = pl.DataFrame({"model": "newcomer/just-anchors", "benchmark": "arc", "item_id": items,
-                             "correct": [i % 2 for i in range(len(items))]})
+    second_third = [items[i] for i in meta["extra"]["adaptive"]["order"][1:3]]  # not a prefix of the order
+    newcomer = pl.DataFrame({"model": ["newcomer/just-anchors"] * len(items) + ["newcomer/two-anchors"] * 2,
+                             "benchmark": "arc", "item_id": items + second_third,
+                             "correct": [i % 2 for i in range(len(items))] + [1, 1]})
     newcomer.write_csv(pipeline["source"] / "newcomer.csv")
     try:
         runs = _refresh(pipeline["resources"], pipeline["instance"], keys=["arc"])
     finally:
         (pipeline["source"] / "newcomer.csv").unlink()
     assert runs["runs"]["arc"].success
+    not_scored = _meta(runs["runs"]["arc"], "predictions")["models_not_scored"]
+    assert list(not_scored) == ["newcomer/two-anchors"] and not_scored["newcomer/two-anchors"].startswith(
+        f"answered 2 of {K} anchors of 'arc'")
     with duckdb.connect(str(pipeline["db"].with_name("sparseeval.snapshot.duckdb")), read_only=True) as con:
         rows = con.execute("SELECT model, predicted, lower, upper, n_anchors FROM predictions").fetchall()
         assert con.execute("SELECT count(*) FROM predictions_vs_truth").fetchone()[0] == 0  # no true score

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import polars as pl
 import pytest
 from mlflow import MlflowClient
 
@@ -27,9 +28,12 @@ from sparseeval.artifact import load_predictor
 from sparseeval.cli import main as cli_main
 from sparseeval.matrix_store import MatrixStore
 from sparseeval.model_card import model_card
-from sparseeval.publishing import published_path
+from sparseeval.probe import PROBE_REASON
+from sparseeval.publishing import published_path, score_anchor_only_models
 from sparseeval.refresh_policy import FitSettings, refresh_benchmark
 from sparseeval.refresh_probe import PROBE_KEYS, anchors_alone
+from sparseeval.scoring import predict
+from sparseeval.splits import frontier_cut
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard
 from sparseeval.tracking import TrackingConfig, ensure_experiment
@@ -133,6 +137,58 @@ def test_a_board_too_small_for_a_probe_is_published_without_one_gated_on_the_anc
     columns = "frontier_mae, frontier_bias, frontier_coverage, frontier_flagged, frontier_silent, frontier_models"
     rows = store.query(f"SELECT {columns} FROM anchor_sets WHERE benchmark = 'arc' ORDER BY anchor_set_id").rows()
     assert len(rows) == 2 and rows[0] == rows[1] and rows[0][0] is not None
+
+
+@needs_real_data
+def test_newcomers_in_the_store_are_checked_by_the_champions_probe(tmp_path: Path) -> None:
+    """A champion with a probe, published by the refresh from mmlu's weakest 90 %, scores the newcomers the
+    store holds (models without a full score) from their anchors *and* probe items: one of the strongest
+    10 % that ran both is flagged by the probe, in DuckDB as ``predict`` flags it; the same model with
+    only the anchors is told, in DuckDB's ``warnings``, to answer the probe; a model that ran the probe
+    alone is not scored, and named with why."""
+    scores = pl.read_parquet(OPENLLM_DIR / "scores.parquet").filter(pl.col("benchmark") == "mmlu")
+    responses = pl.read_parquet(OPENLLM_DIR / "responses.parquet").filter(pl.col("benchmark") == "mmlu")
+    _, beyond = frontier_cut(scores["score"].to_numpy(), 0.9)
+    stronger = scores.filter(pl.Series(beyond))["model"]
+    weakest = tmp_path / "weakest90"
+    weakest.mkdir()
+    keep = ~pl.col("model").is_in(stronger.implode())
+    responses.filter(keep).write_parquet(weakest / "responses.parquet")
+    scores.filter(keep).write_parquet(weakest / "scores.parquet")
+    store = Store(tmp_path / "sparseeval.duckdb")
+    store.ingest(weakest)
+    result = refresh_benchmark(MatrixStore.beside(store).update(store, "mmlu").matrix, store,
+                               TrackingConfig(data_dir=tmp_path), tmp_path / "predictors",
+                               FitSettings(probe_items=PROBE_N, frontier_silent_max=1.0, device="cpu"),
+                               publish=True, challenger=False)
+    assert result.published and result.models_scored == 0
+    art = load_predictor(published_path(tmp_path / "predictors", "mmlu"))
+    anchors, probe = art.anchor_item_ids, art.extra["probe"]["item_ids"]
+    sheets = responses.filter(pl.col("model").is_in(stronger.implode())).rename({"correct": "score"})
+    flagged = [p.model for p in predict(art, sheets.filter(pl.col("item_id").is_in([*anchors, *probe])))
+               if any(r.startswith(PROBE_REASON) for r in p.ood_reasons)]
+    assert flagged, "the probe flags none of mmlu's strongest 10 %"
+    model = flagged[0]
+    mine = sheets.filter(pl.col("model") == model).rename({"score": "correct"})
+    newcomers = pl.concat([
+        mine.filter(pl.col("item_id").is_in([*anchors, *probe])).with_columns(model=pl.lit("new/with-probe")),
+        mine.filter(pl.col("item_id").is_in(anchors)).with_columns(model=pl.lit("new/anchors-only")),
+        mine.filter(pl.col("item_id").is_in(probe)).with_columns(model=pl.lit("new/probe-only"))])
+    (tmp_path / "newcomers").mkdir()
+    newcomers.select("model", "benchmark", "item_id", "correct").write_csv(tmp_path / "newcomers" / "new.csv")
+    store.ingest(tmp_path / "newcomers")
+    scored = score_anchor_only_models(store, "mmlu")
+    assert scored.scored == 2 and list(scored.skipped) == ["new/probe-only"]
+    assert scored.skipped["new/probe-only"].startswith("answered 0 of 20 anchors of 'mmlu'")
+    rows = {r["model"]: r for r in store.query("SELECT * FROM predictions").to_dicts()}
+    assert set(rows) == {"new/with-probe", "new/anchors-only"}
+    expected = predict(art, newcomers.filter(pl.col("model") == "new/with-probe").rename({"correct": "score"}))[0]
+    checked = rows["new/with-probe"]
+    assert checked["ood"] and any(r.startswith(PROBE_REASON) for r in checked["ood_reason"].split(" | "))
+    assert (checked["predicted"], checked["upper"]) == pytest.approx((expected.predicted, expected.upper))
+    alone = rows["new/anchors-only"]
+    assert f"answer the probe's {PROBE_N} items too" in alone["warnings"]
+    assert PROBE_REASON not in (alone["ood_reason"] or "") and alone["predicted"] < checked["predicted"]
 
 
 def test_a_self_check_with_the_probe_falls_back_to_its_anchors_alone_figures() -> None:

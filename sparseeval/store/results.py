@@ -221,9 +221,11 @@ class ResultWriters(Connections):
 
     def save_predictions(self, rows: Iterable[Mapping[str, Any]] | pl.DataFrame) -> int:
         """Upsert predictions keyed by (model, benchmark, anchor_set_id)."""
-        cols = ("model", "benchmark", "anchor_set_id", "predicted", "lower", "upper", "n_anchors", "ood", "ood_reason")
+        cols = ("model", "benchmark", "anchor_set_id", "predicted", "lower", "upper", "n_anchors", "ood", "ood_reason",
+                "warnings")
         records = rows.to_dicts() if isinstance(rows, pl.DataFrame) else [dict(r) for r in rows]
-        values = [[r.get(c) for c in cols[:7]] + [bool(r.get("ood") or False), _reason(r), _now()] for r in records]
+        values = [[r.get(c) for c in cols[:7]] + [bool(r.get("ood") or False), _reason(r), _warnings(r), _now()]
+                  for r in records]
         bad = [v for v in values if v[3] is None or not 0.0 <= float(v[3]) <= 1.0]
         if bad:
             raise ValueError(f"prediction outside [0, 1] for model {bad[0][0]!r}: {bad[0][3]}")
@@ -240,6 +242,14 @@ def _reason(row: Mapping[str, Any]) -> str | None:
     if reasons is not None:
         return " | ".join(reasons) or None
     return row.get("ood_reason")
+
+
+def _warnings(row: Mapping[str, Any]) -> str | None:
+    """A prediction's warnings as stored: joined by " | " (given as a list, or already joined)."""
+    warnings = row.get("warnings")
+    if isinstance(warnings, str) or warnings is None:
+        return warnings or None
+    return " | ".join(warnings) or None
 
 
 def promote(con: Any, benchmark: str, anchor_set_id: int, role: str, **fields: Any) -> int | None:
