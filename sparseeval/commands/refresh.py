@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         record: dict[str, Any] = {
             "benchmark": bench, "matrix": update.describe(), "status": result.status, "data_version":
             result.data_version, "decision": result.decision, "passed": result.passed,
-            "challenger": rival.get("decision"),
+            "challenger": rival.get("decision"), "not_scored": result.models_not_scored,
             "published": [{"anchor_set_id": p.anchor_set_id, "alias": p.alias, "registry_version": p.registry_version}
                           for p in result.published]}
         published = "; ".join(f"#{p.anchor_set_id} as {p.alias} (registry version {p.registry_version})"
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         rejected += not joint.passed
         records.append({"benchmark": joint.benchmark, "matrix": None, "status": joint.status,
                         "data_version": joint.data_version, "decision": joint.decision, "passed": joint.passed,
-                        "challenger": None, "comparison": None, "probe": None,
+                        "challenger": None, "comparison": None, "probe": None, "not_scored": {},
                         "published": [{"anchor_set_id": p.anchor_set_id, "alias": p.alias,
                                        "registry_version": p.registry_version} for p in joint.published]})
         say(f"{joint.benchmark}: {joint.decision}")
