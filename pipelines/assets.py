@@ -34,10 +34,10 @@ from sparseeval.comparison import compare_methods
 from sparseeval.hub_sources import HubFetcher
 from sparseeval.matrix import EmptyMatrixError, ResponseMatrix
 from sparseeval.methods.joint import JOINT_METHOD
-from sparseeval.publishing import AnchorOnlyScores, Publisher, published_path, score_anchor_only_models
+from sparseeval.publishing import Publisher, published_path, score_anchor_only_models
 from sparseeval.refresh import matrix_range_check
 from sparseeval.refresh_policy import RefreshResult, refresh_benchmark, select_challenger
-from sparseeval.store import IngestReport
+from sparseeval.store import IngestReport, Store
 
 GROUP = "sparseeval"
 OWNERS = ["team:sparseeval"]
@@ -204,9 +204,7 @@ def publish_open(context: dg.AssetExecutionContext, bench: str, store: StoreReso
                           run_tags={"dagster.run_id": context.run_id})
     with db.publishing_once():  # the role changes publish the snapshot once
         done = publisher.publish_open(bench)
-        scored = score_anchor_only_models(db, bench) if done and bench != JOINT_METHOD else AnchorOnlyScores()
-    if warning := scored.warning(bench):
-        context.log.warning(warning)
+        scored = _score_newcomers(context, db, bench) if done and bench != JOINT_METHOD else {"models_scored": 0}
     current = db.champion(bench)
     if not done:
         reason = f"unchanged: champion #{current['anchor_set_id']} kept" if current else "nothing proposed"
@@ -222,7 +220,7 @@ def publish_open(context: dg.AssetExecutionContext, bench: str, store: StoreReso
         "registry_version": champ.registry_version if champ else None,
         "challenger": next((p.anchor_set_id for p in done if p.alias == "challenger"), None),
         "test_mae_points": current["test_mae"] if current else None,
-        "folder": str(published_path(Path(settings.predictor_dir), bench)), **_scores_metadata(scored),
+        "folder": str(published_path(Path(settings.predictor_dir), bench)), **scored,
     })
 
 
@@ -282,13 +280,16 @@ def predictions(context: dg.AssetExecutionContext, store: StoreResource) -> dg.M
     current = db.champion(bench)
     if current is None:
         return dg.MaterializeResult(metadata={"models_scored": 0, "decision": "no champion published"})
+    return dg.MaterializeResult(metadata={**_score_newcomers(context, db, bench),
+                                          "anchor_set_id": current["anchor_set_id"]})
+
+
+def _score_newcomers(context: dg.AssetExecutionContext, db: Store, bench: str) -> dict[str, Any]:
+    """The champion scores the models with anchor answers and no full score (the library's
+    :func:`~sparseeval.publishing.score_anchor_only_models`); those it could not score are logged, and the
+    metadata names them with why."""
     scored = score_anchor_only_models(db, bench)
     if warning := scored.warning(bench):
         context.log.warning(warning)
-    return dg.MaterializeResult(metadata={**_scores_metadata(scored), "anchor_set_id": current["anchor_set_id"]})
-
-
-def _scores_metadata(scored: AnchorOnlyScores) -> dict[str, Any]:
-    """How many anchor-only models a champion scored, and those it could not (with why)."""
     return {"models_scored": scored.scored,
             **({"models_not_scored": dg.MetadataValue.json(scored.skipped)} if scored.skipped else {})}
