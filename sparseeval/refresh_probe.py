@@ -89,7 +89,7 @@ def attach(artifact: PredictorArtifact, matrix: ResponseMatrix, split: Split, it
     try:
         probe = probe_for(artifact, matrix, split, items, seed=seed, alpha=alpha, probe_from=probe_from)
     except UsageError as exc:
-        why = f"published without a probe: {exc}"
+        why = f"fitted without a probe: {exc}"
         if "anchors_alone" in frontier:
             return anchors_alone(frontier, why)
         measured = f"; its frontier self-check {frontier['probe_note']}" if frontier.get("probe_note") else ""

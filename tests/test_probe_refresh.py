@@ -122,7 +122,7 @@ def test_a_board_too_small_for_a_probe_is_published_without_one_gated_on_the_anc
     assert cli_main(["-q", "refresh", "--compare", "never", "--json", "-"]) == 0
     [record] = json.loads(capsys.readouterr().out)
     note = record["probe"]
-    assert note.startswith("published without a probe: ") and "calibration models at the probe level" in note, note
+    assert note.startswith("fitted without a probe: ") and "calibration models at the probe level" in note, note
     assert "; its frontier self-check measured from the anchors alone: no probe could be fitted on the self-check's " \
            "fitting models" in note
     assert record["passed"] and record["published"]
@@ -199,10 +199,10 @@ def test_a_self_check_with_the_probe_falls_back_to_its_anchors_alone_figures() -
                 "probe_items": 40, "probe_from": 0.8, "probe_flagged": 0.3,
                 "anchors_alone": {"mae": 6.0, "bias": -6.0, "coverage": 0.4, "halfwidth": 2.0, "flagged": 0.1,
                                   "silent_misses": 0.5, "n": 40, "probe_flagged": 0.0}}
-    fallen = anchors_alone(measured, "published without a probe: too few")
+    fallen = anchors_alone(measured, "fitted without a probe: too few")
     assert fallen == {"measured": True, "mae": 6.0, "bias": -6.0, "coverage": 0.4, "halfwidth": 2.0, "flagged": 0.1,
                       "silent_misses": 0.5, "n": 40, "cut_score": 0.7, "quantile": 0.9,
-                      "probe_note": "published without a probe: too few"}
+                      "probe_note": "fitted without a probe: too few"}
     assert not set(fallen) & set(PROBE_KEYS) and "setup" not in fallen
     plain = {"measured": True, "silent_misses": 0.2}
     assert anchors_alone(plain, "why") is plain  # measured without a probe: as it is
