@@ -88,7 +88,7 @@ def _frontier_line(fit: dict) -> str:
 def _probe_line(fit: dict) -> str:
     """With ``SPARSEEVAL_PROBE_ITEMS``: the probe a benchmark's predictor carries, or why it has none."""
     line = probe_summary(fit)
-    return f"\n  {'':<12} {line}" if line else ""
+    return f"\n  {'':<12} probe: {line}" if line else ""
 
 
 def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:

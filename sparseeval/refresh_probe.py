@@ -103,11 +103,11 @@ def attach(artifact: PredictorArtifact, matrix: ResponseMatrix, split: Split, it
 def summary(figures: Mapping[str, Any]) -> str | None:
     """One line on a refreshed benchmark's probe, from its result's figures (the fit step's metadata):
     the probe its frontier self-check was measured with, or why it has none; None without
-    ``$SPARSEEVAL_PROBE_ITEMS``. ``make run``'s summary and ``sparseeval refresh`` print it."""
+    ``$SPARSEEVAL_PROBE_ITEMS``. ``make run``'s summary and ``sparseeval refresh`` print it after "probe: "."""
     if "probe_note" in figures:
-        return f"probe: {figures['probe_note']}"
+        return str(figures["probe_note"])
     if "frontier_anchors_alone_silent_misses" not in figures:
         return None
-    return (f"probe: {figures['probe_items']} items; the frontier self-check is measured with their answers: "
+    return (f"{figures['probe_items']} items; the frontier self-check is measured with their answers: "
             f"{100 * float(figures['frontier_silent_misses']):.1f} % of the stronger models missed silently "
             f"(from the anchors alone {100 * float(figures['frontier_anchors_alone_silent_misses']):.1f} %)")

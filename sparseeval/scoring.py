@@ -181,7 +181,7 @@ def _short_rows(artifact: PredictorArtifact, X: np.ndarray) -> np.ndarray:
     nothing at all."""
     observed = ~np.isnan(X)
     answered = observed.sum(axis=1)
-    need = (artifact.k + 1) // 2
+    need = _min_anchors(artifact)
     adaptive = "adaptive" in artifact.extra
     order = order_of(artifact)
     return np.array([i for i in range(X.shape[0])
@@ -189,22 +189,34 @@ def _short_rows(artifact: PredictorArtifact, X: np.ndarray) -> np.ndarray:
                     dtype=np.int64)
 
 
+def _min_anchors(artifact: PredictorArtifact) -> int:
+    """The fewest anchors a model must answer to be predicted outside a prefix of the adaptive order."""
+    return (artifact.k + 1) // 2
+
+
+def _shortfall(artifact: PredictorArtifact, row: np.ndarray) -> str:
+    """Why a model with anchor answers ``row`` (NaN: not answered) is too short to predict."""
+    return (f"answered {int((~np.isnan(row)).sum())} of {artifact.k} anchors of {artifact.benchmark!r}; "
+            f"at least {_min_anchors(artifact)} are needed")
+
+
+def _order_hint(artifact: PredictorArtifact) -> str:
+    """What predicts from fewer anchors, where the predictor has an adaptive order."""
+    return ("; answer the anchors in the predictor's order (`sparseeval next`) to predict from fewer"
+            if "adaptive" in artifact.extra else "")
+
+
 def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarray,
                     probe_answers: np.ndarray | None = None) -> list[Prediction]:
     """Predictions of ``models`` from their anchor answers ``X`` (and the probe's, where the predictor has one)."""
-    k = artifact.k
     answered = (~np.isnan(X)).sum(axis=1)
-    need = (k + 1) // 2
     short = _short_rows(artifact, X)
     if short.size:
         m = models[short[0]]
         missing = [a for a, v in zip(artifact.anchor_item_ids, X[short[0]], strict=True) if np.isnan(v)]
         raise TooFewAnchorsError(
-            f"model {m!r} answered {int(answered[short[0]])} of {k} anchors of {artifact.benchmark!r}; "
-            f"at least {need} are needed (missing item ids: {', '.join(missing[:10])}"
-            f"{' ...' if len(missing) > 10 else ''})"
-            + ("; answer the anchors in the predictor's order (`sparseeval next`) to predict from fewer"
-               if "adaptive" in artifact.extra else "")
+            f"model {m!r} {_shortfall(artifact, X[short[0]])} (missing item ids: {', '.join(missing[:10])}"
+            f"{' ...' if len(missing) > 10 else ''}){_order_hint(artifact)}"
             + (f"; {short.size - 1} other model(s) are also short" if short.size > 1 else ""))
     ood = artifact.calibration["ood"]  # shared by every output of a joint predictor
     imputed, d2 = cal.conditional_impute(X, ood), cal.ood_scores(X, ood)
@@ -277,10 +289,7 @@ def predict_scorable(artifact_or_folder: PredictorArtifact | str | Path,
     artifact = _as_artifact(artifact_or_folder)
     models, X, P = answer_matrices(artifact, answers)
     short = set(_short_rows(artifact, X).tolist())
-    need = (artifact.k + 1) // 2
-    skipped = {models[i]: f"answered {int((~np.isnan(X[i])).sum())} of {artifact.k} anchors of "
-                          f"{artifact.benchmark!r}; at least {need} (or a prefix of the adaptive order) are needed"
-               for i in sorted(short)}
+    skipped = {models[i]: _shortfall(artifact, X[i]) + _order_hint(artifact) for i in sorted(short)}
     keep = [i for i in range(len(models)) if i not in short]
     if not keep:
         return [], skipped

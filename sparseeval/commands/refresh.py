@@ -119,10 +119,9 @@ def run(args: argparse.Namespace) -> int:
         say(f"{bench}: matrix {update.describe()}; {result.decision}"
             + (f"; challenger: {rival['decision']}" if rival else "") + (f"; published {published}" if published
                                                                          else ""))
-        probe = probe_summary(result.figures)  # None without $SPARSEEVAL_PROBE_ITEMS
-        record["probe"] = probe and probe.removeprefix("probe: ")
-        if probe:
-            say(f"{bench}: {probe}")
+        record["probe"] = probe_summary(result.figures)  # None without $SPARSEEVAL_PROBE_ITEMS
+        if record["probe"]:
+            say(f"{bench}: probe: {record['probe']}")
         due = comparison_due(store, bench, compare, version=result.data_version or None)
         if args.compare == "always" or (args.compare == "due" and due.due):
             done = compare_methods(update.matrix, store, tracking, compare, log=log)
