@@ -170,12 +170,13 @@ def default_resources() -> dict[str, Any]:
         "source": SourceResource(path=_env_or("source"), data_dir=str(root), hub_tasks=_env_or("hub_tasks")),
         "settings": SettingsResource(
             **{name: _env_or(name) for name in ("k", "method", "seed", "device", "compare_methods", "compare_seeds",
-                                                "compare_ks", "joint_benchmarks", "probe_items")},
+                                                "compare_ks", "joint_benchmarks")},
             predictor_dir=_env_or("predictors", str(defaults.predictor_dir())),
-            # floats: read once here (dg.EnvVar carries strings and ints only)
+            # floats and bounded numbers: read (and checked) once here (dg.EnvVar carries strings and ints only,
+            # unchecked)
             **{name: defaults.SETTINGS[name].value() for name in (
                 "alpha", "challenger_margin", "challenger_min_days", "coverage_tolerance", "compare_new_share",
-                "compare_budget_s", "frontier_silent_max", "frontier_quantile", "probe_from")},
+                "compare_budget_s", "frontier_silent_max", "frontier_quantile", "probe_items", "probe_from")},
         ),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }

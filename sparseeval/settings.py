@@ -54,10 +54,27 @@ def cut_quantile(raw: str | float) -> float:
     return q
 
 
+def positive_int(raw: str) -> int:
+    """A whole number of at least 1 (a count that 0 or less would turn into a quiet no-op or an error later)."""
+    n = int(raw)
+    if n < 1:
+        raise ValueError(raw)
+    return n
+
+
+def open_unit(raw: str) -> float:
+    """A number strictly between 0 and 1 (a quantile that must leave models on both sides)."""
+    q = float(raw)
+    if not 0.0 < q < 1.0:
+        raise ValueError(raw)
+    return q
+
+
 #: what each parser accepts, for the error message
 KINDS: dict[Callable[[str], Any], str] = {str: "text", int: "a whole number", float: "a number",
                                           csv: "a comma-separated list", int_csv: "comma-separated whole numbers",
-                                          cut_quantile: "a number in [0.5, 1)"}
+                                          cut_quantile: "a number in [0.5, 1)", positive_int: "a whole number >= 1",
+                                          open_unit: "a number in (0, 1)"}
 #: where a setting counts (the README table says it)
 SCOPES = {"refresh": "the refresh and the CLI", "pipeline": "the Dagster daemon", "runtime": "every process",
           "serve": "make serve", "test": "crash tests only"}
@@ -162,11 +179,11 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
             "--probe N`; unset: none): a model the anchors put at the top answers them too (`sparseeval next` asks "
             "for them), and the frontier self-check, and so the frontier_misses_flagged check, is measured with "
             "their answers; a benchmark with too few calibration models at the probe level is published without "
-            "one, and says so (docs/results/frontier.md, round 10)", int),
+            "one, and says so (docs/results/frontier.md, round 10)", positive_int),
     Setting("SPARSEEVAL_PROBE_FROM", "0.8",
             "with SPARSEEVAL_PROBE_ITEMS: the quantile of the calibration models' predictions from which a model is "
             "asked the probe (`sparseeval fit --probe-from`; 0.5 catches more of mmlu's frontier but asks half of "
-            "all models)", float),
+            "all models)", open_unit),
     Setting("SPARSEEVAL_SENSOR_INTERVAL", "30",
             "seconds between two evaluations of each sensor by the Dagster daemon (new files, stale benchmarks, "
             "joint predictor)", int, "pipeline"),

@@ -300,6 +300,18 @@ def test_a_bad_value_is_refused_naming_the_variable_and_the_value(monkeypatch: p
             FitSettings.from_environment()
     monkeypatch.setenv("SPARSEEVAL_FRONTIER_QUANTILE", "0.8")
     assert FitSettings.from_environment().frontier_quantile == 0.8
+    # a probe of no items, or a level with no model on one side: refused here, not a note on every benchmark
+    for env, value, kind in (("SPARSEEVAL_PROBE_ITEMS", "0", "a whole number >= 1"),
+                             ("SPARSEEVAL_PROBE_ITEMS", "-3", "a whole number >= 1"),
+                             ("SPARSEEVAL_PROBE_FROM", "1.5", r"a number in \(0, 1\)"),
+                             ("SPARSEEVAL_PROBE_FROM", "0", r"a number in \(0, 1\)")):
+        monkeypatch.setenv(env, value)
+        with pytest.raises(settings.SettingError, match=rf"\${env} must be {kind}, got '{value}'"):
+            FitSettings.from_environment()
+        monkeypatch.delenv(env)
+    monkeypatch.setenv("SPARSEEVAL_PROBE_ITEMS", "40")
+    monkeypatch.setenv("SPARSEEVAL_PROBE_FROM", "0.5")
+    assert (FitSettings.from_environment().probe_items, FitSettings.from_environment().probe_from) == (40, 0.5)
     monkeypatch.setenv("SPARSEEVAL_COMPARE_BUDGET_S", "0")
     assert budget_from_env() == math.inf
     monkeypatch.setenv("SPARSEEVAL_K", " 7 ")
