@@ -97,7 +97,7 @@ class Simulation:
             "compare_seeds": 1, "predictor_dir": str(self.root / "predictors"), "joint_benchmarks": "arc,gsm8k"}
         families = (96 + models_per_day * days) // 8 + 1
         self.world = generate_leaderboard(n_families=families, models_per_family=8,
-                                          benchmarks={"arc": 40, "gsm8k": 30, "mmlu": 30, "drift": 30}, seed=seed)
+                                          benchmarks={"arc": 40, "gsm8k": 30, "mmlu": 30, "drift": 40}, seed=seed)
         self.noise_world = scrambled(generate_leaderboard(n_families=40, models_per_family=8,
                                                           benchmarks={"noisy": 30}, seed=seed + 1), seed=seed + 2)
         self.order = self.world.models.get_column("model").to_list()
