@@ -2,15 +2,17 @@
 
 Also three settings that only make the test processes faster (``make test-fast`` runs two
 pytest-xdist workers on two cores): threads per worker, and garbage collection around collection
-and at exit. Nothing heavy is imported here, so the xdist controller starts its workers sooner;
-fixtures import what they need.
+and at exit; and Ctrl-C as in a terminal, whoever launched the suite. Nothing heavy is imported here,
+so the xdist controller starts its workers sooner; fixtures import what they need.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import os
+import signal
 from collections.abc import Callable, Generator
 from pathlib import Path
 
@@ -38,6 +40,23 @@ def _share_cores_between_xdist_workers() -> None:
 
 
 _share_cores_between_xdist_workers()
+
+
+def _ctrl_c_as_in_a_terminal() -> None:
+    """Python's own Ctrl-C handling in the test processes, so in every process they start.
+
+    A suite launched as a background job of a script (``.ci/run &``, a CI runner's shell) starts with
+    SIGINT *ignored*, and an ignored SIGINT survives exec: a child then never sees the Ctrl-C a test sends
+    it, except when one lands inside a DuckDB statement, whose own handler catches it. The Ctrl-C tests
+    then passed or failed by timing (seen: ``test_ctrl_c_stops_the_ingest_and_records_it_as_interrupted``
+    read all 40 units and exited 0). A handled SIGINT is reset to the default on exec, and a Python child
+    started with the default installs its KeyboardInterrupt, as in a terminal.
+    """
+    with contextlib.suppress(ValueError):  # not the main thread: leave it as it is
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_ctrl_c_as_in_a_terminal()
 
 
 @pytest.hookimpl(wrapper=True)
