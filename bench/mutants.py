@@ -333,6 +333,15 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/refresh_probe.py", '    if "anchors_alone" not in figures:\n        return figures',
              "    return figures"),),
            (PROBE_REFRESH,)),
+    Mutant("raised-bar-hides-failed-cut", "a frontier bar raised to publish a failing predictor knowingly also "
+           "drops predict's 'may be too low' warning above the cut it failed",
+           (("sparseeval/scoring.py", "min(bar.value(), float(bar.default))", "bar.value()"),),
+           (f"{FRONTIER}::test_fit_runs_the_frontier_selfcheck_and_predict_warns_above_the_cut_it_failed",)),
+    Mutant("refusal-without-override", "a candidate refused by its frontier check does not say how to publish it "
+           "knowingly",
+           (("sparseeval/refresh.py", '                                    **({"to_publish_anyway": FRONTIER_OVERRIDE} '
+             'if silent else {}),\n', ""),),
+           (PROBE_REFRESH,)),
     Mutant("store-newcomers-ignore-probe", "a champion with a probe scores the store's newcomers from their anchors "
            "alone, though they ran the probe's items too",
            (("sparseeval/publishing.py", "[*artifact.anchor_item_ids, *probe_items]", "artifact.anchor_item_ids"),),

@@ -21,6 +21,7 @@ from pipelines.definitions import defs
 from pipelines.partitions import add_benchmarks, partition_key
 from sparseeval import settings
 from sparseeval.comparison import ComparisonSettings, comparison_due
+from sparseeval.refresh import FRONTIER_OVERRIDE
 from sparseeval.refresh_probe import summary as probe_summary
 from sparseeval.store import Store
 
@@ -60,8 +61,10 @@ def summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float) 
     if errors or (rejected and not fit):
         return f"  {bench:<12} FAILED in {', '.join(errors or rejected) or 'run'} ({seconds:.0f} s)"
     if rejected:
+        override = any(r.endswith("frontier_misses_flagged") for r in rejected)
         return (f"  {bench:<12} REJECTED by its publishing checks ({', '.join(rejected)}) in {seconds:.0f} s: "
-                f"nothing published\n  {'':<12} {fit.get('decision', '')}{_frontier_line(fit)}{_probe_line(fit)}")
+                f"nothing published\n  {'':<12} {fit.get('decision', '')}{_frontier_line(fit)}{_probe_line(fit)}"
+                + (f"\n  {'':<12} {FRONTIER_OVERRIDE}" if override else ""))
     line = f"  {bench:<12} models {matrix.get('models', 0):>5}  items {matrix.get('items', 0):>5}  "
     if not fit:
         return line + (f"{seconds:5.1f} s\n  {'':<12} skipped: up to date (data version "

@@ -44,6 +44,13 @@ PUBLISH_CHECKS: dict[str, str] = {
 #: the default bar of ``frontier_misses_flagged`` (the setting's default; the pipeline passes the setting)
 FRONTIER_SILENT_MAX = float(SETTINGS["frontier_silent_max"].default)
 
+#: what a failed ``frontier_misses_flagged`` tells its operator (the check's metadata, ``make run``'s summary):
+#: how to publish such a predictor knowingly, and what its users are told then (``predict`` warns above
+#: the cut at the default bar whatever the setting: :func:`sparseeval.scoring.predict`)
+FRONTIER_OVERRIDE = ("to publish it knowingly, raise SPARSEEVAL_FRONTIER_SILENT_MAX above its silent share: every "
+                     "prediction above the self-check's cut then carries the warning that it may be too low, "
+                     "with no flag")
+
 #: the least skill a published predictor must show over guessing the mean score (a fraction of its MAE)
 MIN_SKILL = 0.1
 
@@ -173,6 +180,7 @@ def frontier_check(frontier: Mapping[str, Mapping[str, Any]] | None, silent_max:
         for o, f in frontier.items())
     one = len(frontier) == 1
     return Check(name, not silent, {"silent_max": silent_max, "message": message,
+                                    **({"to_publish_anyway": FRONTIER_OVERRIDE} if silent else {}),
                                     "figures": next(iter(figures.values())) if one else figures,
                                     **({"silent": silent} if not one else {}),
                                     **({"note": "; ".join(f"{o}: {n}" for o, n in unmeasured.items())}

@@ -168,7 +168,9 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
             "publishing check: on a frontier split of the candidate's own fitting models (fitted at or below "
             "SPARSEEVAL_FRONTIER_QUANTILE of the score, scored on the stronger rest), at most this share of the "
             "stronger models may fall outside their interval without an OOD flag (the interval's own "
-            "miscoverage, 0.1 at 90 %, counts in it)", float),
+            "miscoverage, 0.1 at 90 %, counts in it). Raised to publish a refused predictor knowingly, it does "
+            "not silence `predict`: above the cut the self-check failed, a prediction is still warned at 0.15",
+            float),
     Setting("SPARSEEVAL_FRONTIER_QUANTILE", "0.9",
             "where that frontier self-check cuts the candidate's fitting models by score (0.9: fitted on the "
             "weakest 90 %, scored on the strongest 10 %); lower it (0.8) where new models are expected further "

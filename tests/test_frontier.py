@@ -322,12 +322,14 @@ def test_fit_warns_when_every_anchor_right_is_too_common_to_flag(tmp_path: Path,
         assert "frontier" not in json.loads((tmp_path / f"{name}-predictor" / "predictor.json").read_text())["extra"]
 
 
-def test_fit_runs_the_frontier_selfcheck_and_predict_warns_above_the_cut_it_failed(tmp_path: Path, capsys) -> None:
+def test_fit_runs_the_frontier_selfcheck_and_predict_warns_above_the_cut_it_failed(
+        tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     """Real mmlu (the shared Open LLM Leaderboard data), where the default method misses the strongest
     models silently: ``fit`` runs the pipeline's frontier self-check on its fitting models, prints the
     figures and warns that the pipeline would not publish it; the predictor and its model card carry
     them; ``predict`` warns exactly on the predictions above the cut it failed (the strongest model's),
-    not on the others, in ``--json`` too."""
+    not on the others, in ``--json`` too; and still does where ``$SPARSEEVAL_FRONTIER_SILENT_MAX`` was
+    raised to publish such a predictor knowingly."""
     out = tmp_path / "mmlu"
     capsys.readouterr()
     assert main(["fit", "--data", str(OPENLLM_DIR), "--benchmark", "mmlu", "--out", str(out)]) == 0
@@ -357,3 +359,7 @@ def test_fit_runs_the_frontier_selfcheck_and_predict_warns_above_the_cut_it_fail
     assert (f"predicted above {100 * f['cut_score']:.1f}, where this predictor's frontier self-check missed "
             f"{100 * f['silent_misses']:.1f} % of its stronger fitting models silently") in " ".join(
                 records[pick[0]]["warnings"])
+    monkeypatch.setenv("SPARSEEVAL_FRONTIER_SILENT_MAX", "0.95")  # the bar raised to publish it anyway
+    assert main(["predict", "--predictor", str(out), "--answers", str(sheet), "--no-db", "--json", "-"]) == 0
+    assert {r["model"]: r["warnings"] for r in json.loads(capsys.readouterr().out)} == {
+        m: r["warnings"] for m, r in records.items()}

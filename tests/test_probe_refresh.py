@@ -30,6 +30,7 @@ from sparseeval.matrix_store import MatrixStore
 from sparseeval.model_card import model_card
 from sparseeval.probe import PROBE_REASON
 from sparseeval.publishing import published_path, score_anchor_only_models
+from sparseeval.refresh import FRONTIER_OVERRIDE
 from sparseeval.refresh_policy import FitSettings, refresh_benchmark
 from sparseeval.refresh_probe import PROBE_KEYS, anchors_alone
 from sparseeval.scoring import predict
@@ -81,6 +82,9 @@ def test_the_pipeline_fits_mmlu_a_probe_and_gates_its_frontier_check_on_the_prob
     assert f"probe: {PROBE_N} items; the frontier self-check is measured with their answers: " \
            f"{100 * figures['silent_misses']:.1f} % of the stronger models missed silently (from the anchors alone " \
            f"{100 * alone['silent_misses']:.1f} %)" in summary_line("mmlu", run, 1.0)  # make run's
+    # a refused candidate says how to publish it knowingly, in the check and in make run's summary
+    assert ("to_publish_anyway" in check.metadata) == (FRONTIER_OVERRIDE in summary_line("mmlu", run, 1.0)) \
+        == (not check.passed)
     # the candidate as saved (published or not, its version is kept): its probe, and the figures it gated on
     store = Store(tmp_path / "sparseeval.duckdb")
     row = store.anchor_set(int(meta["evaluated"]))
