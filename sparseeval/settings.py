@@ -169,7 +169,7 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
             "SPARSEEVAL_FRONTIER_QUANTILE of the score, scored on the stronger rest), at most this share of the "
             "stronger models may fall outside their interval without an OOD flag (the interval's own "
             "miscoverage, 0.1 at 90 %, counts in it). Raised to publish a refused predictor knowingly, it does "
-            "not silence `predict`: above the cut the self-check failed, a prediction is still warned at 0.15",
+            "not silence `predict`: above the cut the self-check failed, a prediction is still warned at the default",
             float),
     Setting("SPARSEEVAL_FRONTIER_QUANTILE", "0.9",
             "where that frontier self-check cuts the candidate's fitting models by score (0.9: fitted on the "
