@@ -261,3 +261,27 @@ def test_the_frontier_selfcheck_gates_publication_and_reaches_duckdb_mlflow_and_
     fitting = matrix.scores[np.concatenate([split.train, split.val])]
     assert figures["n"] == int(frontier_cut(fitting, 0.9)[1].sum())
     assert wider["quantile"] == 0.8 and wider["n"] == int(frontier_cut(fitting, 0.8)[1].sum()) > figures["n"]
+
+
+def test_cli_refresh_refused_by_its_frontier_check_says_how_to_publish_knowingly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A candidate the frontier check refuses: ``sparseeval refresh`` exits 1 and prints how to publish it
+    knowingly (the check's ``to_publish_anyway``); doing what it says publishes it."""
+    lb = generate_leaderboard(n_families=30, models_per_family=10, benchmarks={"arc": 80}, seed=7)
+    write_leaderboard(lb, tmp_path / "src")
+    db = tmp_path / "sparseeval.duckdb"
+    for name, value in {"DATA_DIR": str(tmp_path), "K": "8", "METHOD": "sparseeval-linear",
+                        "JOINT_BENCHMARKS": "none", "FRONTIER_SILENT_MAX": "0"}.items():
+        monkeypatch.setenv(f"SPARSEEVAL_{name}", value)
+    monkeypatch.delenv("SPARSEEVAL_DB", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert cli_main(["-q", "ingest", str(tmp_path / "src"), "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert cli_main(["refresh", "--db", str(db), "--compare", "never"]) == 1
+    out = capsys.readouterr().out
+    assert "NOT published: failed frontier_misses_flagged" in out, out
+    assert "arc: to publish it knowingly, raise SPARSEEVAL_FRONTIER_SILENT_MAX above its silent share" in out
+    monkeypatch.setenv("SPARSEEVAL_FRONTIER_SILENT_MAX", "1")
+    assert cli_main(["refresh", "--db", str(db), "--compare", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "published #" in out and "to publish it knowingly" not in out, out

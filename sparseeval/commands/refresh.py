@@ -119,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
         say(f"{bench}: matrix {update.describe()}; {result.decision}"
             + (f"; challenger: {rival['decision']}" if rival else "") + (f"; published {published}" if published
                                                                          else ""))
+        for check in result.checks:  # a refused frontier check: how to publish it knowingly
+            if not check.passed and "to_publish_anyway" in check.metadata:
+                say(f"{bench}: {check.metadata['to_publish_anyway']}")
         record["probe"] = probe_summary(result.figures)  # None without $SPARSEEVAL_PROBE_ITEMS
         if record["probe"]:
             say(f"{bench}: probe: {record['probe']}")
