@@ -335,7 +335,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (PROBE_REFRESH,)),
     Mutant("raised-bar-hides-failed-cut", "a frontier bar raised to publish a failing predictor knowingly also "
            "drops predict's 'may be too low' warning above the cut it failed",
-           (("sparseeval/scoring.py", "min(bar.value(), float(bar.default))", "bar.value()"),),
+           (("sparseeval/scoring.py", 'min(defaults.SETTINGS["frontier_silent_max"].value(), FRONTIER_SILENT_MAX)',
+             'defaults.SETTINGS["frontier_silent_max"].value()'),),
            (f"{FRONTIER}::test_fit_runs_the_frontier_selfcheck_and_predict_warns_above_the_cut_it_failed",)),
     Mutant("refusal-without-override", "a candidate refused by its frontier check does not say how to publish it "
            "knowingly",

@@ -21,7 +21,6 @@ from pipelines.definitions import defs
 from pipelines.partitions import add_benchmarks, partition_key
 from sparseeval import settings
 from sparseeval.comparison import ComparisonSettings, comparison_due
-from sparseeval.refresh import FRONTIER_OVERRIDE
 from sparseeval.refresh_probe import summary as probe_summary
 from sparseeval.store import Store
 
@@ -61,10 +60,9 @@ def summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float) 
     if errors or (rejected and not fit):
         return f"  {bench:<12} FAILED in {', '.join(errors or rejected) or 'run'} ({seconds:.0f} s)"
     if rejected:
-        override = any(r.endswith("frontier_misses_flagged") for r in rejected)
         return (f"  {bench:<12} REJECTED by its publishing checks ({', '.join(rejected)}) in {seconds:.0f} s: "
                 f"nothing published\n  {'':<12} {fit.get('decision', '')}{_frontier_line(fit)}{_probe_line(fit)}"
-                + (f"\n  {'':<12} {FRONTIER_OVERRIDE}" if override else ""))
+                + "".join(f"\n  {'':<12} {hint}" for hint in _override_hints(result)))
     line = f"  {bench:<12} models {matrix.get('models', 0):>5}  items {matrix.get('items', 0):>5}  "
     if not fit:
         return line + (f"{seconds:5.1f} s\n  {'':<12} skipped: up to date (data version "
@@ -86,6 +84,13 @@ def _frontier_line(fit: dict) -> str:
     return (f"\n  {'':<12} frontier self-check{which}: MAE {fit['frontier_mae']:.2f} points, bias "
             f"{fit['frontier_bias']:+.2f}, {100 * fit['frontier_silent_misses']:.1f} % of the stronger models "
             f"missed silently")
+
+
+def _override_hints(result: dg.ExecuteInProcessResult) -> list[str]:
+    """What the failed publishing checks tell their operator (their ``to_publish_anyway``: how to publish
+    knowingly), read from the checks themselves as ``sparseeval refresh`` reads them."""
+    return list(dict.fromkeys(str(e.metadata["to_publish_anyway"].value) for e in result.get_asset_check_evaluations()
+                              if not e.passed and "to_publish_anyway" in e.metadata))
 
 
 def _probe_line(fit: dict) -> str:

@@ -469,7 +469,8 @@ class _BenchmarkPhase:
                          "selection_seconds": proposed.fit_seconds,
                          **{f"coverage/level_{lv:g}": v for lv, v in cover.items()},
                          **{f"frontier/{name}": v for name, v in frontier_metrics(frontier).items()},
-                         **{f"frontier/anchors_alone/{name}": v for name, v in _anchors_alone(frontier).items()}})
+                         **{f"frontier/anchors_alone/{name}": v
+                            for name, v in _anchors_alone_metrics(frontier).items()}})
         with tempfile.TemporaryDirectory() as tmp:
             held = heldout_intervals(matrix, split, proposed.estimator, alpha=s.alpha, seed=s.seed)
             run.log_artifact(plot_predicted_vs_true(held, Path(tmp) / "predicted_vs_true.png",
@@ -662,11 +663,11 @@ def _probe_metadata(figures: dict[str, Any], items: int | None) -> dict[str, Any
     figures beside it (flat, as :func:`_frontier_metadata`), or why there is none (``probe_note``)."""
     if items is None:
         return {}
-    alone = {f"frontier_anchors_alone_{name}": round(v, 4) for name, v in _anchors_alone(figures).items()}
+    alone = {f"frontier_anchors_alone_{name}": round(v, 4) for name, v in _anchors_alone_metrics(figures).items()}
     return {"probe_items": items, **alone, **({"probe_note": figures["probe_note"]} if "probe_note" in figures else {})}
 
 
-def _anchors_alone(figures: dict[str, Any]) -> dict[str, float]:
+def _anchors_alone_metrics(figures: dict[str, Any]) -> dict[str, float]:
     """The anchors-alone figures beside a self-check measured with the probe (none otherwise)."""
     return frontier_metrics({"measured": "anchors_alone" in figures, **(figures.get("anchors_alone") or {})})
 

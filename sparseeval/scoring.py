@@ -40,6 +40,7 @@ from sparseeval.probe import (
     fit_probe,
     probe_means,
 )
+from sparseeval.refresh import FRONTIER_SILENT_MAX
 from sparseeval.splits import Split, frontier_cut, make_split
 
 #: fraction of the fitting models the estimator may use for early stopping (never calibration)
@@ -230,8 +231,8 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
                                                                probe_answers, answered)
     # the bar at its default at most: one raised to publish such a predictor knowingly (the refresh, the
     # pipeline's own scoring of newcomers) never hides the cut it failed from those who use its predictions
-    bar = defaults.SETTINGS["frontier_silent_max"]
-    failed = failed_cuts(artifact.extra.get("frontier"), artifact.benchmark, min(bar.value(), float(bar.default)))
+    bar = min(defaults.SETTINGS["frontier_silent_max"].value(), FRONTIER_SILENT_MAX)
+    failed = failed_cuts(artifact.extra.get("frontier"), artifact.benchmark, bar)
     per_output = []
     for name, g in guarded.items():
         train_range = (artifact.train_models.get("score_min"), artifact.train_models.get("score_max"))
