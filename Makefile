@@ -13,7 +13,7 @@ export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install run test test-fast lint predictors ui mlflow-ui serve serve-stop serve-status bench-serve clean \
-	bench-accuracy bench-speed bench-ingest bench-coverage bench-probe bench-refresh bench-simulate bench-ui bench-sql-start \
+	bench-accuracy bench-speed bench-ingest bench-coverage bench-probe bench-frontier-oracle bench-refresh bench-simulate bench-ui bench-sql-start \
 	bench-hub-refresh mutants bench-days settings-table
 
 $(VENV)/.installed: pyproject.toml
@@ -105,6 +105,9 @@ bench-coverage: install
 
 bench-probe: install
 	$(PY) bench/probe.py --seeds 0 1
+
+bench-frontier-oracle: install
+	$(PY) bench/frontier_oracle.py
 
 bench-refresh: install
 	$(PY) bench/refresh.py --quick
