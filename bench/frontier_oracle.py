@@ -36,6 +36,7 @@ from scipy.stats import spearmanr
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 
 from sparseeval.matrix import build_matrix
+from sparseeval.readers.base import ParsedResults
 from sparseeval.sources import read_data
 from sparseeval.splits import frontier_cut
 
@@ -43,9 +44,8 @@ DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / 
 RIDGE_ALPHA = 3.0  # the oracle's head; the figures move by < 0.1 point between 1 and 10
 
 
-def complete_rows(data: Path, benchmark: str) -> tuple[np.ndarray, np.ndarray]:
+def complete_rows(parsed: ParsedResults, benchmark: str) -> tuple[np.ndarray, np.ndarray]:
     """(answers, score in points) of the models that answered every stored item."""
-    parsed = read_data(data)
     m = build_matrix(parsed.responses, parsed.scores, benchmark)
     keep = m.observed.all(axis=1)
     return m.values[keep].astype(np.float64), m.scores[keep].astype(np.float64) * 100.0
@@ -118,8 +118,9 @@ def main() -> None:
           f"oracle items' median pass rate below the cut |")
     print("|---|---|---|---|---|---|---|---|")
     items: dict[str, list[str]] = {}
+    parsed = read_data(args.data)
     for bench in args.benchmarks.split(","):
-        X, y = complete_rows(args.data, bench)
+        X, y = complete_rows(parsed, bench)
         _, beyond = frontier_cut(y, args.quantile)
         for seed in args.seeds:
             print("| " + " | ".join([bench, *one_seed(X, y, beyond, seed, args.k)]) + " |", flush=True)
