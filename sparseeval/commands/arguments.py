@@ -13,25 +13,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from sparseeval import settings
 from sparseeval.errors import UsageError
 
 T = TypeVar("T", int, float)
 
 
-def _checked(text: str, cast: Callable[[str], T], ok: Callable[[T], bool], expected: str) -> T:
-    """``cast(text)`` when it parses and passes ``ok``; else the parser's one-line refusal."""
+def _checked(text: str, cast: Callable[[str], T], ok: Callable[[T], bool] | None, expected: str) -> T:
+    """``cast(text)`` when it parses and passes ``ok`` (None: ``cast`` checks the range itself, by raising
+    ValueError); else the parser's one-line refusal."""
     try:
         value = cast(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-    if not ok(value):
+    if ok is not None and not ok(value):
         raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
 
 
 def positive_int(text: str) -> int:
-    """A count that must be at least 1 (K, a batch, a number of seeds)."""
-    return _checked(text, int, lambda v: v >= 1, "a positive integer")
+    """A count that must be at least 1 (K, a batch, a number of seeds): the bound the settings use
+    (:func:`sparseeval.settings.positive_int`), refused as a parser refuses."""
+    return _checked(text, settings.positive_int, None, "a positive integer")
 
 
 def seed(text: str) -> int:
@@ -40,8 +43,9 @@ def seed(text: str) -> int:
 
 
 def open_fraction(text: str) -> float:
-    """A share of the models or a miscoverage level: strictly between 0 and 1 (0 or 1 leaves a side empty)."""
-    return _checked(text, float, lambda v: 0 < v < 1, "a number strictly between 0 and 1")
+    """A share of the models or a miscoverage level: strictly between 0 and 1 (0 or 1 leaves a side empty),
+    as the settings bound one (:func:`sparseeval.settings.open_unit`)."""
+    return _checked(text, settings.open_unit, None, "a number strictly between 0 and 1")
 
 
 def non_negative(text: str) -> float:
