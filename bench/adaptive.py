@@ -2,7 +2,7 @@
 
 Per benchmark of the real Open LLM Leaderboard v1 data (and, with ``--joint``, the mean score of a
 ``sparseeval-joint`` predictor): hold out ``--test-frac`` of the models (seeded), fit and calibrate a
-predictor with ``--kmax`` anchors on the rest (:func:`sparseeval.scoring.fit_predictor`, which holds out
+predictor with ``--kmax`` anchors on the rest (:func:`sparseeval.fitting.fit_predictor`, which holds out
 its own calibration models and stores the adaptive order), then answer the held-out models' anchors in
 the predictor's order, ``--batch`` at a time:
 
@@ -32,8 +32,9 @@ import polars as pl
 from sparseeval import calibration as cal
 from sparseeval.adaptive import order_of
 from sparseeval.artifact import PredictorArtifact
+from sparseeval.fitting import fit_joint_predictor, fit_predictor
 from sparseeval.methods.joint import MEAN
-from sparseeval.scoring import anchor_matrix, fit_joint_predictor, fit_predictor, prediction_outputs
+from sparseeval.predicting import anchor_matrix, prediction_outputs
 from sparseeval.sources import read_data
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openllm_v1"

@@ -1,7 +1,7 @@
 """Do the published predictors' 90 % intervals hold on models they never saw?
 
 Per benchmark of the real Open LLM Leaderboard v1 data and per K: hold out ``--test-frac`` of the
-models (seeded), fit and calibrate a predictor on the rest with :func:`sparseeval.scoring.fit_predictor`
+models (seeded), fit and calibrate a predictor on the rest with :func:`sparseeval.fitting.fit_predictor`
 (which itself holds out its calibration models), then score the held-out models and report
 empirical coverage of the intervals (target 88-92 % at alpha 0.1), mean width in points, MAE in
 points, coverage with half the anchors missing, the OOD flag rate, and the wall time of one
@@ -20,7 +20,8 @@ import numpy as np
 import polars as pl
 
 import sparseeval.methods
-from sparseeval.scoring import fit_predictor, predict
+from sparseeval.fitting import fit_predictor
+from sparseeval.predicting import predict
 from sparseeval.sources import read_data
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm_v1"

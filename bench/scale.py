@@ -204,8 +204,8 @@ def phase_refresh(folder: Path) -> dict[str, Any]:
     from sparseeval.budget import comparison_plan
     from sparseeval.champion import baseline_mae, crossfit_coverage, heldout_mae
     from sparseeval.evaluation import ProtocolConfig, fit_on_split, split_for_seed
+    from sparseeval.fitting import artifact_from_fit
     from sparseeval.matrix import build_matrix
-    from sparseeval.scoring import artifact_from_fit
     from sparseeval.settings import DEFAULT_K, DEFAULT_METHOD
     from sparseeval.store import Store
 

@@ -125,7 +125,10 @@ class SettingsResource(dg.ConfigurableResource):
     frontier_quantile: float = _FIT.frontier_quantile  #: where the frontier self-check cuts the fitting models
     predictor_dir: str = str(Path(defaults.SETTINGS["data_dir"].default) / defaults.PREDICTORS_FOLDER)
     joint_benchmarks: str = _FIT.joint_benchmarks  #: benchmarks of the joint predictor ("" every plain one, "none" off)
-    probe_items: int | None = _FIT.probe_items  #: random items of each benchmark predictor's probe (None: no probe)
+    probe_items: int = _FIT.probe_items  #: the probe's first batch (0: predictors without a probe)
+    probe_batch: int = _FIT.probe_batch  #: items per later step of the probe
+    probe_max: int = _FIT.probe_max  #: the most probe items asked of one model
+    probe_target: float = _FIT.probe_target  #: the probe's target sampling half-width, points
     probe_from: float = _FIT.probe_from  #: the calibration predictions' quantile from which the probe is asked
 
     def fit(self) -> FitSettings:
@@ -136,7 +139,8 @@ class SettingsResource(dg.ConfigurableResource):
                            challenger_min_days=self.challenger_min_days,
                            frontier_silent_max=self.frontier_silent_max, frontier_quantile=self.frontier_quantile,
                            device=self.device, joint_benchmarks=self.joint_benchmarks,
-                           probe_items=self.probe_items, probe_from=self.probe_from)
+                           probe_items=self.probe_items, probe_batch=self.probe_batch, probe_max=self.probe_max,
+                           probe_target=self.probe_target, probe_from=self.probe_from)
 
     def comparison(self) -> ComparisonSettings:
         """The comparison's settings as the library takes them."""
@@ -176,7 +180,8 @@ def default_resources() -> dict[str, Any]:
             # unchecked)
             **{name: defaults.SETTINGS[name].value() for name in (
                 "alpha", "challenger_margin", "challenger_min_days", "coverage_tolerance", "compare_new_share",
-                "compare_budget_s", "frontier_silent_max", "frontier_quantile", "probe_items", "probe_from")},
+                "compare_budget_s", "frontier_silent_max", "frontier_quantile", "probe_items", "probe_batch",
+                "probe_max", "probe_target", "probe_from")},
         ),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }

@@ -14,11 +14,11 @@ __version__ = "0.1.0"
 
 #: public name -> module that defines it
 _EXPORTS = {
-    "predict": "sparseeval.scoring",
-    "compare": "sparseeval.scoring",
-    "fit_predictor": "sparseeval.scoring",
-    "Prediction": "sparseeval.scoring",
-    "Comparison": "sparseeval.scoring",
+    "predict": "sparseeval.predicting",
+    "compare": "sparseeval.predicting",
+    "fit_predictor": "sparseeval.fitting",
+    "Prediction": "sparseeval.predicting",
+    "Comparison": "sparseeval.predicting",
     "load_predictor": "sparseeval.artifact",
     "save_predictor": "sparseeval.artifact",
     "read_answers": "sparseeval.answers",

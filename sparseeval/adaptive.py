@@ -27,7 +27,7 @@ from sparseeval.artifact import AnchorInfo
 from sparseeval.errors import UsageError
 from sparseeval.methods.base import AnchorEstimator, impute
 from sparseeval.methods.joint import forward_order
-from sparseeval.probe import probe_items
+from sparseeval.probe import STAGE_ANCHORS, STAGE_PROBE, ProbePlan, ProbeState
 
 if TYPE_CHECKING:
     from sparseeval.artifact import PredictorArtifact
@@ -87,10 +87,16 @@ def is_prefix(observed: np.ndarray, order: list[int]) -> bool:
     return bool(np.all(observed[order[:p]]))
 
 
+def probe_item_info(plan: ProbePlan, positions: tuple[int, ...], benchmark: str) -> tuple[AnchorInfo, ...]:
+    """Items of a probe plan (positions in its items) where a model runs them (position and column -1: they
+    are not predictor inputs)."""
+    return tuple(AnchorInfo(-1, -1, plan.items[j], *plan.locations[j], benchmark) for j in positions)
+
+
 @dataclass(frozen=True)
 class NextStep:
     """What a model should run next: nothing (target met / all answered), the next anchors, or the
-    probe's items."""
+    items of its probe."""
 
     model: str
     n_answered: int
@@ -100,6 +106,8 @@ class NextStep:
     done: bool
     reason: str
     items: tuple[AnchorInfo, ...]  #: what to run next (a probe item's position is -1: not a predictor input)
+    stage: str = STAGE_ANCHORS  #: which stage the prediction comes from (``probe``: the second)
+    probe_answered: int = 0  #: probe items answered in its draw's order
 
     @property
     def next_item_ids(self) -> tuple[str, ...]:
@@ -111,7 +119,8 @@ class NextStep:
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "n_answered": self.n_answered, "k": self.k, "predicted": self.predicted,
-                "halfwidth": self.halfwidth, "done": self.done, "reason": self.reason,
+                "halfwidth": self.halfwidth, "done": self.done, "reason": self.reason, "stage": self.stage,
+                "probe_answered": self.probe_answered,
                 "next": [{"position": a.position if a.position >= 0 else None, "item_id": a.item_id,
                           "benchmark": a.benchmark, "probe": a.position < 0} for a in self.items]}
 
@@ -120,7 +129,7 @@ def next_anchors(artifact: PredictorArtifact, models: list[str], X: np.ndarray, 
                  predicted: np.ndarray | None, *, batch: int = 10,
                  target_width: float | None = None,
                  flags: list[tuple[str, ...]] | None = None,
-                 probe_due: list[str | None] | None = None) -> list[NextStep]:
+                 probes: list[ProbeState | None] | None = None, plan: ProbePlan | None = None) -> list[NextStep]:
     """The next ``batch`` anchors (in the artifact's order, never one already answered) per model,
     or ``done`` when its half-width is at most ``target_width`` (in [0, 1] units) or all are answered.
 
@@ -128,14 +137,13 @@ def next_anchors(artifact: PredictorArtifact, models: list[str], X: np.ndarray, 
     half-width and prediction per model (NaN for a model with nothing answered); ``flags``: the
     guard's reasons per model (:mod:`sparseeval.frontier`). A flagged model is never done early: its
     interval may not hold, so a narrow one meets no target; it runs the next anchors, and the reason says
-    why. ``probe_due``: per model, why it should answer the predictor's probe (:mod:`sparseeval.probe`;
-    None: it need not). Such a model is not done when its anchors are: the probe's items come next, all
-    of them at once (the probe's check is calibrated on its whole mean, so a batch of it says nothing).
+    why. ``probes``: per model, its place in the probe of ``plan`` (:func:`sparseeval.predicting.probe_states`;
+    None: the anchors do not place it at the top). Such a model runs every anchor and its probe's batches,
+    and is done when the probe says so: its number then comes from the probe (:mod:`sparseeval.probe`).
     """
     if batch < 1:
         raise UsageError(f"batch must be at least 1, got {batch}")
     order = order_of(artifact)
-    probe = probe_items(artifact) if probe_due is not None and any(probe_due) else []
     out = []
     for i, model in enumerate(models):
         answered = ~np.isnan(X[i])
@@ -143,6 +151,17 @@ def next_anchors(artifact: PredictorArtifact, models: list[str], X: np.ndarray, 
         half = None if halfwidths is None or np.isnan(halfwidths[i]) else float(halfwidths[i])
         pred = None if predicted is None or np.isnan(predicted[i]) else float(predicted[i])
         todo = [p for p in order if not answered[p]]
+        state = probes[i] if probes is not None else None
+        if state is not None and plan is not None:
+            anchors = tuple(_with_benchmark(artifact, artifact.anchors[p]) for p in todo)
+            items = anchors + probe_item_info(plan, state.next_items, artifact.benchmark)
+            if state.estimate is not None:
+                pred = state.estimate.predicted
+                half = (state.estimate.upper - state.estimate.lower) / 2
+            out.append(NextStep(model, n, artifact.k, pred, half, not items,
+                                f"placed at the top by its anchors: {state.reason}", items,
+                                STAGE_PROBE if state.estimate is not None else STAGE_ANCHORS, state.answered))
+            continue
         why = flags[i] if flags is not None else ()
         if not todo:
             reason, nxt = "all anchors answered" + (f"; flagged: {why[0]}" if why else ""), []
@@ -158,8 +177,6 @@ def next_anchors(artifact: PredictorArtifact, models: list[str], X: np.ndarray, 
             if target_width is not None and half is not None:
                 reason += f" > target {100 * target_width:.2f}"
         items = tuple(_with_benchmark(artifact, artifact.anchors[p]) for p in nxt)
-        if not nxt and probe_due is not None and probe_due[i]:
-            reason, items = f"{reason}; but {probe_due[i]}", tuple(probe)
         out.append(NextStep(model, n, artifact.k, pred, half, not items, reason, items))
     return out
 

@@ -26,6 +26,7 @@ import polars as pl
 from sparseeval import calibration as cal
 from sparseeval import settings as defaults
 from sparseeval.frontier import carry_overall, guarded_predictions, interval_figures
+from sparseeval.joint_fit import fit_joint, joint_calibration
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods import AnchorEstimator, make_estimator
 from sparseeval.methods.joint import (
@@ -39,7 +40,7 @@ from sparseeval.methods.joint import (
     restrict_models,
 )
 from sparseeval.metrics import score_metrics
-from sparseeval.scoring import fit_joint, joint_calibration, output_calibration
+from sparseeval.predicting import output_calibration
 from sparseeval.splits import FRONTIER_QUANTILE, Split, SplitPolicy, frontier_cut, make_split
 
 log = logging.getLogger(__name__)

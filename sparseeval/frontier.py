@@ -301,7 +301,7 @@ def open_upward(upper: np.ndarray, why: list[tuple[str, ...]]) -> np.ndarray:
     stronger. A conformal upper side there is a number the data never supported (on the shared data's
     strongest decile it missed 81-85 % of such models on mmlu and truthfulqa): the honest interval is
     one-sided, which is what ``predict`` then prints and ``compare`` already assumes
-    (:func:`sparseeval.scoring.open_for_extrapolation`)."""
+    (:func:`sparseeval.predicting.open_for_extrapolation`)."""
     opened = np.array([opens_upward(rs) for rs in why], dtype=bool)
     return np.where(opened, 1.0, np.asarray(upper, dtype=np.float64))
 

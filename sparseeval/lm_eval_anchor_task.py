@@ -3,8 +3,8 @@
 :class:`AnchorTask` is the harness's own :class:`~lm_eval.api.task.ConfigurableTask`, built from the
 config lm-eval itself loads for the predictor's task (prompt, choices, splits, few-shot source, metrics,
 filters: nothing retyped), with four changes: its name, the predictor's few-shot count, only the
-predictor's filter, and its documents (exactly the anchors, and the probe's items when exported with
-``--probe``, each carrying its index among the task's documents). Per document it computes the
+predictor's filter, and its documents (exactly the anchors, and a model's probe items when exported with
+``--probe-for MODEL``, each carrying its index among the task's documents). Per document it computes the
 harness's own metrics and keeps the predictor's one.
 
 The estimate needs every anchor of a predictor, and a benchmark's anchors may sit in several tasks
@@ -150,7 +150,7 @@ class AnchorTask(ConfigurableTask):
         return {**{key: functools.partial(self._figure, key) for key in self._reported()}, RAW_KEY: mean}
 
     def higher_is_better(self) -> dict[str, bool]:
-        return {**{key: key != "ood" for key in self._reported()}, RAW_KEY: True}
+        return {**{key: key not in ("ood", "probe_next") for key in self._reported()}, RAW_KEY: True}
 
     # -- aggregation: the predictor's estimate -------------------------------------------------------
     def _figure(self, key: str, items: list[tuple[int, float]]) -> float:
@@ -163,7 +163,7 @@ class AnchorTask(ConfigurableTask):
             return estimates["mean"][key.removeprefix("mean_").replace("estimate", "predicted")]
         row = estimates[self._spec["benchmark"]]
         return {"estimate": row["predicted"], "estimate_lower": row["lower"], "estimate_upper": row["upper"],
-                "ood": row["ood"]}[key]
+                "ood": row["ood"], "stage": row["stage"], "probe_next": row["probe_next"]}[key]
 
     def _estimates(self, items: list[tuple[int, float]]) -> dict[str, dict[str, float]]:
         export = self._spec["export"]
@@ -179,18 +179,20 @@ class AnchorTask(ConfigurableTask):
         fingerprint = tuple(sorted((leaf, tuple(sorted(v["docs"].items()))) for leaf, v in registry.items()))
         cached = _ESTIMATES.get(export)
         if cached is None or cached[0] != fingerprint:
-            _ESTIMATES[export] = (fingerprint, _predict(registry))
+            _ESTIMATES[export] = (fingerprint, _predict(registry, self._spec.get("probe_for")))
         return _ESTIMATES[export][1]
 
 
-def _predict(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+def _predict(registry: dict[str, dict[str, Any]], probe_for: str | None) -> dict[str, dict[str, float]]:
     """Every benchmark's estimate (and ``mean``) from the answers in ``registry``: the same
-    :func:`sparseeval.scoring.predict` that ``sparseeval predict`` runs on the samples."""
+    :func:`sparseeval.predicting.predict` that ``sparseeval predict`` runs on the samples, the answers named
+    as the model whose probe was exported (``probe_for``: its draw is the probe items the task ran)."""
     import polars as pl
 
     from sparseeval.export import exported_items
     from sparseeval.methods.joint import MEAN
-    from sparseeval.scoring import predict
+    from sparseeval.predicting import predict
+    from sparseeval.probe import plan_of
 
     out: dict[str, dict[str, float]] = {}
     by_predictor: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -198,24 +200,30 @@ def _predict(registry: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]
         by_predictor.setdefault((entry["predictor"], entry["hash"]), []).append(entry)
     for (folder, digest), entries in by_predictor.items():
         art = _predictor(folder, digest)
-        # the anchors, and the probe's items where the predictor has a probe (run when exported with --probe)
-        items = exported_items(art, probe=bool(art.extra.get("probe")))
+        # the anchors, and where the task was exported with --probe-for, any item of the model's probe draw
+        plan = None if art.is_joint or not probe_for else plan_of(art.extra)
+        items = exported_items(art) if plan is None else exported_items(art, probe_for=probe_for,
+                                                                        probe_items=len(plan.items))
         where = {(a.task, a.doc_id): (a.benchmark or art.benchmark, a.item_id) for a in items}
         rows = [(*where[(e["task"], doc)], value) for e in entries for doc, value in e["docs"].items()
                 if (e["task"], doc) in where]
         answers = pl.DataFrame(rows, schema={"benchmark": pl.String, "item_id": pl.String, "score": pl.Float64},
-                               orient="row").with_columns(model=pl.lit("lm-eval run"))
+                               orient="row").with_columns(model=pl.lit(probe_for or "lm-eval run"))
         try:
             preds = predict(art, answers)
         except Exception as exc:  # too few anchors answered (--limit, a subset of the tasks), ...
             raise AnchorRunError(str(exc)) from exc
         for p in preds:
-            out[p.benchmark] = {"predicted": p.predicted, "lower": p.lower, "upper": p.upper, "ood": float(p.ood)}
-            log.warning("sparseeval: %s predicted %.1f [%.1f, %.1f] from %d/%d anchors%s", p.benchmark,
+            out[p.benchmark] = {"predicted": p.predicted, "lower": p.lower, "upper": p.upper, "ood": float(p.ood),
+                                "stage": 2.0 if p.stage == "probe" else 1.0, "probe_next": float(p.probe_next)}
+            log.warning("sparseeval: %s predicted %.1f [%.1f, %.1f] from %d/%d anchors%s%s", p.benchmark,
                         100 * p.predicted, 100 * p.lower, 100 * p.upper, p.n_anchors, p.k,
+                        f" and {p.probe_items} probe items (stage 2: by design)" if p.stage == "probe" else "",
                         "".join(f"; {w}" for w in p.warnings))
     benchmarks = [b for b in out if b != MEAN]
     if MEAN not in out and benchmarks:  # several single-benchmark predictors: the plain mean of their estimates
         out[MEAN] = {"predicted": sum(out[b]["predicted"] for b in benchmarks) / len(benchmarks),
-                     "lower": math.nan, "upper": math.nan, "ood": max(out[b]["ood"] for b in benchmarks)}
+                     "lower": math.nan, "upper": math.nan, "ood": max(out[b]["ood"] for b in benchmarks),
+                     "stage": max(out[b]["stage"] for b in benchmarks),
+                     "probe_next": sum(out[b]["probe_next"] for b in benchmarks)}
     return out

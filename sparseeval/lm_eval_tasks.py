@@ -12,12 +12,13 @@ The folder, for ``lm_eval --include_path DIR --tasks sparseeval_<benchmark>``, h
 A leaf YAML names no prompt, split or metric of its own: it names the harness task and the
 predictor's settings (n-shot, metric, filter), and its ``class``
 (:class:`sparseeval.lm_eval_anchor_task.AnchorTask`) takes everything else from lm-eval's own config of
-that task when lm-eval loads it. Its documents are exactly the anchors (with ``--probe``, and the
-predictor's probe items: every model runs them, since a task cannot ask for them only where the anchors
-put a model at the top; the estimate uses them exactly where ``predict`` would, and ``anchor_accuracy``
+that task when lm-eval loads it. Its documents are exactly the anchors (with ``--probe-for MODEL``, and
+the first items of that model's probe draw: a task cannot ask for them only where the anchors put a model
+at the top, so it runs them, and the estimate uses them exactly where ``predict`` would; ``anchor_accuracy``
 then covers both). Every leaf reports ``estimate`` (the predicted full-benchmark score),
-``estimate_lower``/``estimate_upper`` (the interval), ``ood`` (1 when the answers are unlike the
-training models') and ``anchor_accuracy`` (the anchors' raw score); a group averages them over its
+``estimate_lower``/``estimate_upper`` (the interval), ``ood`` (1 when the interval may not hold),
+``stage`` (1: the anchors gave the number, 2: the probe did), ``probe_next`` (probe items the model is
+asked to run next: 0 when none or done) and ``anchor_accuracy`` (the raw score); a group averages them over its
 leaves, which all report their benchmark's same estimate (so the average is that estimate) and weights
 the raw accuracy by anchors. With several benchmarks every leaf also reports ``mean_estimate`` (a joint
 predictor's own mean output, with ``mean_lower``/``mean_upper``; else the mean of the benchmarks'
@@ -51,7 +52,7 @@ TASK_CLASS = "sparseeval.lm_eval_anchor_task.AnchorTask"
 #: a file marking a folder this export wrote (so a new export may replace it whole)
 MARKER = ".sparseeval-lm-eval-task"
 #: the per-benchmark figures every leaf reports (a group averages them: equal values, so the same number)
-ESTIMATE_KEYS = ("estimate", "estimate_lower", "estimate_upper", "ood")
+ESTIMATE_KEYS = ("estimate", "estimate_lower", "estimate_upper", "ood", "stage", "probe_next")
 MEAN_KEYS = ("mean_estimate", "mean_lower", "mean_upper")
 
 
@@ -98,9 +99,10 @@ def _default_metric(base: str) -> str | None:
     return names[0] if names else None
 
 
-def _plan(artifacts: Sequence[PredictorArtifact],
-          probe: bool = False) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
-    """(top task name, leaf specs, group specs) of an export (``probe``: the probe's items run too)."""
+def _plan(artifacts: Sequence[PredictorArtifact], probe_for: str | None = None,
+          probe_items: int | None = None) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(top task name, leaf specs, group specs) of an export (``probe_for``: that model's first
+    ``probe_items`` probe items run too)."""
     several = sum(len(a.benchmarks) for a in artifacts) > 1
     single_joint = len(artifacts) == 1 and artifacts[0].is_joint
     top = task_name(PREFIX, "joint") if single_joint else PREFIX if several else \
@@ -111,10 +113,11 @@ def _plan(artifacts: Sequence[PredictorArtifact],
     used: set[str] = set()
     for art in artifacts:
         folder = task_name(art.benchmark)
-        run = exported_items(art, probe=probe)  # the anchors, then the probe's items (position -1)
+        # the anchors, then the model's probe items (position -1; a joint predictor has no probe)
+        run = exported_items(art, probe_for=None if art.is_joint else probe_for, probe_items=probe_items)
         unplaced = [a.item_id for a in run if a.task is None or a.doc_id is None]
         if unplaced:
-            raise UsageError(f"predictor for {art.benchmark!r} has {'items' if probe else 'anchors'} without an "
+            raise UsageError(f"predictor for {art.benchmark!r} has {'items' if probe_for else 'anchors'} without an "
                              f"lm-eval task/doc id ({', '.join(unplaced[:5])}): it cannot be exported as an "
                              "lm-eval task")
         for bench in art.benchmarks:
@@ -127,8 +130,7 @@ def _plan(artifacts: Sequence[PredictorArtifact],
             for name, task in zip(names, tasks, strict=True):
                 docs = sorted(int(a.doc_id) for a in run  # type: ignore[arg-type]
                               if a.task == task and (a.benchmark or art.benchmark) == bench)
-                probed = {"probe_doc_ids": sorted(int(a.doc_id) for a in run  # type: ignore[arg-type]
-                                                  if a.position < 0 and a.task == task)} if probe else {}
+                probed = {"probe_for": probe_for} if probe_for and not art.is_joint else {}
                 leaves.append({"name": name, "benchmark": bench, "base_task": task, "doc_ids": docs, **probed,
                                "predictor": f"predictors/{folder}", "predictor_hash": art.content_hash,
                                **leaf_settings(art, bench)})
@@ -145,7 +147,7 @@ def _leaf_yaml(leaf: dict[str, Any], export: str, leaves: list[str], mean_keys: 
     spec = {"export": export, "leaves": leaves, "mean_keys": list(mean_keys),
             "include_path": [str(Path(p).resolve()) for p in include_paths],
             "export_dir": str(out.resolve()),
-            **{k: leaf[k] for k in ("benchmark", "base_task", "doc_ids", "probe_doc_ids", "num_fewshot", "metric",
+            **{k: leaf[k] for k in ("benchmark", "base_task", "doc_ids", "probe_for", "num_fewshot", "metric",
                                     "filter", "predictor", "predictor_hash") if k in leaf}}
     return {"task": leaf["name"], "class": _Function(TASK_CLASS), "metadata": {"version": 1, "sparseeval": spec}}
 
@@ -166,18 +168,19 @@ def _copy_predictor(art: PredictorArtifact, dest: Path) -> None:
 
 
 def write_task_folder(artifacts: Sequence[PredictorArtifact], out: str | Path,
-                      include_paths: Sequence[Path] = (), probe: bool = False) -> WrittenTask:
+                      include_paths: Sequence[Path] = (), probe_for: str | None = None,
+                      probe_items: int | None = None) -> WrittenTask:
     """Write the lm-eval task folder for ``artifacts`` to ``out`` (atomically: built beside it and moved
-    into place). An existing ``out`` is replaced only if an earlier export wrote it. ``probe``: every
-    model also runs the predictors' probe items (lm-eval cannot ask for them only where the anchors put a
-    model at the top), and the estimate uses them exactly where ``predict`` would."""
+    into place). An existing ``out`` is replaced only if an earlier export wrote it. ``probe_for``: the task
+    also runs the first ``probe_items`` of that model's probe (lm-eval cannot ask for them only where the
+    anchors put a model at the top), and the estimate uses them exactly where ``predict`` would."""
     if not artifacts:
         raise UsageError("nothing to export: no predictor given")
     out = Path(out)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).is_file())):
         raise UsageError(f"--out {out}: exists and was not written by `sparseeval export --format lm-eval-task`; "
                          "give a new folder")
-    top, leaves, groups = _plan(artifacts, probe)
+    top, leaves, groups = _plan(artifacts, probe_for, probe_items)
     mean_keys = next((g["keys"] for g in groups if g["name"] == top), [])
     names = [leaf["name"] for leaf in leaves]
     def fill(tmp: Path) -> None:

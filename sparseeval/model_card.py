@@ -15,6 +15,7 @@ from typing import Any
 from sparseeval.artifact import PredictorArtifact
 from sparseeval.frontier import own_cut_outputs
 from sparseeval.methods.joint import MEAN
+from sparseeval.probe import ProbePlan, plan_of
 
 #: a data licence as the Hub's model-card ``license`` field names it
 HUB_LICENCES = {"cc-by-nc-sa-4.0": "cc-by-nc-sa-4.0", "cc by-nc-sa 4.0": "cc-by-nc-sa-4.0",
@@ -89,25 +90,30 @@ def model_card(art: PredictorArtifact, repo: str = "ORG/REPO") -> str:
     frontier = art.extra.get("frontier")
     if isinstance(frontier, dict) and frontier:
         lines += ["", "## Frontier", "", *_frontier_rows(frontier)]
-    if probe := art.extra.get("probe"):
-        lines += ["", "## Probe", "", _probe_paragraph(probe, repo)]
+    if (plan := None if art.is_joint else plan_of(art.extra)) is not None:
+        lines += ["", "## Probe (the second stage)", "", _probe_paragraph(plan, repo)]
     lines += ["", "## Licence", "",
               f"Data licence: **{licence}**; this predictor is derived from that data and carries its terms "
               "(see LICENSE)." if licence else "Data licence: not recorded (`sparseeval fit --data-licence`).", ""]
     return "\n".join(lines)
 
 
-def _probe_paragraph(probe: dict[str, Any], repo: str) -> str:
-    """What the probe is for and how to run it (``sparseeval fit --probe``)."""
-    return (f"A model predicted at {100 * probe['level']:.1f} or above (the top of the calibration models' "
-            f"predictions) should also answer the probe's {len(probe['item_ids'])} random items "
-            f"(`sparseeval export --predictor hf://{repo} --format lm-eval --probe --out items.json`): where they "
-            f"put it more than {100 * probe['threshold']:.1f} points above its anchors' estimate, `predict` flags it "
-            "and predicts it halfway between them and its anchors, with an interval spanning both (the probe's "
-            f"own: +-{100 * probe['halfwidth']:.1f} points; a model that stopped early with `sparseeval next` "
-            "is held to its prefix's wider threshold). `sparseeval next` asks for them when they are needed; "
-            "`--format lm-eval-task --probe` runs them for every model. Anchors chosen on the training "
-            "models can saturate on models stronger than all of them; items drawn at random do not.")
+def _probe_paragraph(plan: ProbePlan, repo: str) -> str:
+    """What the second stage is for and how a model runs it."""
+    link = ("Its items are the whole benchmark, so the estimate is unbiased by design." if plan.link.whole else
+            "Its items are a subset of the benchmark: a line fitted on the training models maps their mean to the "
+            f"score, and its error at the top of the calibration models (+-{100 * plan.link.residual:.1f} points) "
+            "is part of the interval.")
+    return (f"A model predicted at {100 * plan.level:.1f} or above (the top {100 * (1 - plan.level_quantile):g} % of "
+            "the calibration models' predictions), or flagged as possibly above the training range, answers a "
+            "random probe of its own (drawn from its name): the first "
+            f"{plan.first_items} items, then {plan.batch} at a time while the interval's sampling half-width is above "
+            f"{100 * plan.target:g} points, up to {plan.cap}. Its estimate and interval then come from the probe by "
+            "design (the anchors' estimate as the control, the probe's residuals as the correction), not from the "
+            "calibration models, so they hold for a model stronger than every training model. " + link
+            + f" `sparseeval next --predictor hf://{repo} --answers RUN` names the items; "
+            f"`sparseeval export --predictor hf://{repo} --format lm-eval-task --probe-for MODEL` runs them in "
+            "lm-eval.")
 
 
 def _frontier_rows(frontier: dict[str, Any]) -> list[str]:
@@ -118,8 +124,8 @@ def _frontier_rows(frontier: dict[str, Any]) -> list[str]:
         rows = ["| figure | value |", "|---|---|",
                 *(f"| {k} | {v} |" for k, v in frontier.items() if not isinstance(v, dict))]
         if alone := frontier.get("anchors_alone"):
-            rows = [f"Measured with the answers to the probe's {frontier['probe_items']} items (a model at the probe "
-                    "level is asked them); from the anchors alone: "
+            rows = ["Measured with the two stages: each stronger model the anchors place at the top answers its probe "
+                    "as `sparseeval next` asks; from the anchors alone: "
                     + ", ".join(f"{k} {v:.4g}" for k, v in alone.items() if isinstance(v, float)) + ".", "", *rows]
         return rows
     cut = next(iter(outputs.values()), {}).get("quantile")

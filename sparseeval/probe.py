@@ -1,258 +1,358 @@
-"""The probe: a second batch of random items for a model the anchors put at the top of their range.
+"""The second stage: a random probe whose estimate and interval hold by design where the anchors are blind.
 
-Why: on a benchmark where the chosen anchors saturate (the shared Open LLM Leaderboard's mmlu: the
-strongest decile answers them like the cluster just below it), no estimator or flag keyed on the
-anchors' answers tells a model stronger than every training model apart; the default misses them by
-8.7 points, 61-78 % silently (docs/results/frontier.md, rounds 1-5). What does extrapolate is the
-plain mean of items drawn at random (its expectation moves with the score, whatever the training
-range; the line from it to the score is fitted on the training models and has no ceiling). Drawn
-items are noisy (40 of them: 3-4 points), so they do not replace the anchors; they *check* them, only
-where the anchors are blind: a model predicted at the top of the calibration models' predictions is
-asked the probe's items too, and when the probe puts it higher than the anchors did, by more than
-the anchors and the probe disagree on the calibration models there, it is flagged, predicted halfway
-between the two and given an interval that spans both (:func:`apply_probe`). Elsewhere nothing
-changes: a model below the probe level, or one the probe agrees with, keeps the anchors' prediction and interval.
+Why: anchors chosen on the training models cannot place a model stronger than all of them (on the
+shared mmlu the items that rise most beyond the strongest training models look least informative
+below them; docs/results/frontier.md, round 11). Items drawn *at random* from the benchmark's pool do:
+the mean of a random sample is unbiased for the pool's mean whatever the model, and its sampling
+error is computed from the model's own answers. So a model the anchors place at the top of their range
+(:func:`routed`) answers a random probe, and its estimate and interval come from the probe
+(:func:`estimate`), not from exchangeability with the calibration models:
 
-Everything is fitted on models the predictor was fitted or calibrated on, never on the models it
-scores: the line on the fitting models, the probe level, the disagreement threshold and the probe's
-interval on the calibration models (held out from the estimator, so their anchor predictions carry
-the errors a new model's do). Stored as plain JSON (``extra["probe"]``): scoring needs NumPy only.
+* **the draw** (:func:`draw_order`): the pool's items beyond the anchors, cut into :data:`STRATA`
+  equal strata by their training pass rate, each stratum in a random order of its own, taken round
+  robin, so every prefix is stratified. Drawn afresh for each model, reproducibly from the model's name
+  (a hash: the same order in ``next``, ``predict``, ``compare``, the lm-eval task and the pipeline, on
+  any NumPy), so no one draw's luck is shared by every model;
+* **the control** (AIPW): each item's expected answer at the level the anchors put the model
+  (``sigmoid(logit(pass rate) + shift)``, the shift matching the anchors' estimate), corrected by the
+  probe's mean residual per stratum. The correction makes the estimate unbiased whatever the anchors
+  said; the control only lowers its variance;
+* **the interval**: the stratified residual variance with the finite-population correction, a
+  Student t quantile, and four pseudo-answers per stratum so a probe answered all right still gets
+  a width; on a *subset* pool (the items are not the whole benchmark: the shared v1 data) a line
+  fitted on the training models maps the pool's mean to the score, and its residual on the
+  calibration models at the top widens the interval (that part is a model, not a design);
+* **as long as it needs to be**: the first :attr:`ProbePlan.first` items, then batches of
+  :attr:`ProbePlan.batch` while the sampling half-width is above :attr:`ProbePlan.target`, up to
+  :attr:`ProbePlan.max_items`.
+
+Everything here is NumPy and the standard library (the light install's predict path); the plan is
+fitted by :mod:`sparseeval.probe_fit` and stored as plain JSON (``extra["probe"]``).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import hashlib
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from sparseeval import settings as defaults
-from sparseeval.artifact import AnchorInfo, PredictorArtifact
-from sparseeval.calibration import conformal_quantile
-from sparseeval.errors import UsageError
-from sparseeval.frontier import Guarded, opens_upward
-
-#: a prediction at or above this quantile of the calibration models' predictions asks for the probe (the
-#: default of ``fit --probe-from`` and ``$SPARSEEVAL_PROBE_FROM``; 0.5 catches more of mmlu's frontier, whose
-#: anchors put many stronger models in the cluster below, but asks half of all models and costs hellaswag 6 %
-#: in-distribution MAE: round 9)
-PROBE_FROM_QUANTILE: float = defaults.SETTINGS["probe_from"].default_value
-#: flag when the probe exceeds the anchors' prediction by more than this quantile of that excess
-#: among the calibration models at the probe level (so about 5 % of those, 1-2 % of all models, in distribution;
-#: 0.9 caught more of mmlu's frontier but flagged 4 % of ordinary models and cost 16 % MAE on one split)
-DISAGREEMENT_QUANTILE = 0.95
-#: how a probe's flag begins (:func:`probe_reason`), for counting them
-PROBE_REASON = "the probe's"
-#: fewest calibration models at the probe level the threshold is taken from
-MIN_PROBED_CALIBRATION = 30
+#: the plan's format (an ``extra["probe"]`` without it is the disagreement probe of rounds 8-11: ignored)
+KIND = "design"
+#: strata of the draw (equal counts by training pass rate): 40 items are 10 per stratum, a batch of 20 is 5
+STRATA = 4
+#: pseudo-answers per stratum share added to the residual variance (two at each side of the mean, 0.5 away)
+PSEUDO = 4
+#: the share of a probed model's draw prefix it may leave unanswered (:func:`answered_prefix`)
+GAP_SHARE = 0.05
+#: the share of its anchors a probed model may leave unanswered (2 of 20)
+ANCHORS_MISSING_SHARE = 0.1
+#: how the estimate's reasons and warnings name it
+STAGE_PROBE, STAGE_ANCHORS = "probe", "anchors"
+#: a reason that the line from the pool's mean to the score is extrapolated (a subset pool only)
+LINE_BEYOND = "the line from the probe's items to the score is extrapolated"
 
 
-def draw_probe_items(n_items: int, anchor_columns: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """``n`` item columns drawn uniformly among the non-anchors (sorted), with ``seed``.
+@dataclass(frozen=True)
+class Link:
+    """From the pool's mean to the benchmark score: the identity when the pool is the whole benchmark (the
+    score is the mean of its items), else ``intercept + slope * pool mean + weights . anchor answers``
+    fitted on the training models (``weights`` empty: a line), with its residual half-width ``residual``
+    (the larger of its ``1 - alpha`` quantile on calibration models at the top and beyond its fitting
+    models) and the training models' largest pool mean ``pool_max`` (beyond it the link is extrapolated)."""
 
-    Uniform on purpose: the probe's worth is that its mean's expectation follows the score beyond
-    the training range, which a selection fitted on the training models would lose.
-    """
-    pool = np.setdiff1d(np.arange(n_items), np.asarray(anchor_columns))
-    if n < 1:
-        raise UsageError(f"a probe needs at least 1 item, got {n}")
-    if n > pool.size:
-        raise UsageError(f"a probe of {n} items is more than the {pool.size} items that are not anchors")
-    return np.sort(np.random.default_rng(seed).choice(pool, size=n, replace=False))
+    intercept: float = 0.0
+    slope: float = 1.0
+    residual: float = 0.0
+    pool_max: float = 1.0
+    whole: bool = True
+    weights: tuple[float, ...] = ()
 
+    def offset(self, anchor_answers: np.ndarray | None) -> float:
+        """The part of the score the pool's mean does not carry: the intercept, plus what the anchors say."""
+        if not self.weights or anchor_answers is None:
+            return self.intercept
+        return self.intercept + float(np.dot(self.weights, np.asarray(anchor_answers, dtype=np.float64)))
 
-def probe_items(artifact: PredictorArtifact) -> list[AnchorInfo]:
-    """The predictor's probe items, where a model runs them (position and column -1: not predictor inputs)."""
-    probe = artifact.extra.get("probe")
-    if not probe:
-        raise UsageError(f"the predictor for {artifact.benchmark!r} has no probe "
-                         "(fit it with `sparseeval fit --probe N`)")
-    return [AnchorInfo(-1, -1, item, task, doc, artifact.benchmark)
-            for item, (task, doc) in zip(probe["item_ids"], probe["locations"], strict=True)]
+    def score(self, pool_mean: np.ndarray | float, anchor_answers: np.ndarray | None = None) -> np.ndarray:
+        return self.offset(anchor_answers) + self.slope * np.asarray(pool_mean, dtype=np.float64)
 
-
-def probe_means(values: np.ndarray, observed: np.ndarray) -> np.ndarray:
-    """Each row's mean over the probe items it answered; NaN with fewer than half answered."""
-    answered = observed.sum(axis=1)
-    total = np.where(observed, values, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = total / answered
-    return np.where(answered * 2 >= values.shape[1], means, np.nan)
+    def pool_mean(self, score: np.ndarray | float, anchor_answers: np.ndarray | None = None) -> np.ndarray:
+        return (np.asarray(score, dtype=np.float64) - self.offset(anchor_answers)) / self.slope
 
 
-def fit_probe(item_ids: list[str], means_fit: np.ndarray, scores_fit: np.ndarray, means_cal: np.ndarray,
-              scores_cal: np.ndarray, pred_cal: np.ndarray, *, alpha: float,
-              locations: list[tuple[str | None, int | None]],
-              level_quantile: float = PROBE_FROM_QUANTILE,
-              pred_cal_by_prefix: list[np.ndarray] | None = None) -> dict[str, Any]:
-    """The probe's stored description (``level_quantile``: the quantile of the calibration models'
-    predictions from which a model is asked the probe).
+@dataclass(frozen=True)
+class ProbePlan:
+    """A published predictor's probe (``extra["probe"]``): the pool beyond the anchors and how to ask it.
 
-    ``means_fit`` / ``scores_fit``: the fitting models' probe means and scores (the line);
-    ``means_cal``, ``scores_cal``, ``pred_cal``: the calibration models' probe means, scores and the
-    predictor's own predictions from their anchors (the level, the threshold, the interval).
-    ``locations``: each probe item's lm-eval task and doc index (None where it has none).
-    ``pred_cal_by_prefix``: the same models' predictions from the first 1, 2, ... anchors of the
-    predictor's adaptive order (NaN where ``predict`` would not score one): a threshold per prefix
-    length (``threshold_by_prefix``), since a prediction from fewer anchors disagrees with the probe
-    more (arc, random split: 7-13 % of ordinary models flagged from 6-14 anchors with the full-anchor
-    threshold, 0.9 % from all 20; docs/results/frontier.md, round 9).
-    """
-    ok = ~np.isnan(means_fit)
-    if ok.sum() < 3 or np.ptp(means_fit[ok]) == 0:
-        raise UsageError("too few fitting models answered the probe's items to fit its line")
-    intercept, slope = probe_line(means_fit[ok], scores_fit[ok], len(item_ids))
-    if slope <= 0:
-        raise UsageError(f"the probe's items do not rise with the score on the fitting models (slope {slope:.3f})")
-    cal_ok = ~np.isnan(means_cal)
-    line_cal = intercept + slope * means_cal[cal_ok]
-    if not 0.0 < level_quantile < 1.0:
-        raise UsageError(f"the probe's level quantile must be in (0, 1), got {level_quantile}")
-    level = float(np.quantile(pred_cal, level_quantile))
-    top = pred_cal[cal_ok] >= level
-    if top.sum() < MIN_PROBED_CALIBRATION:
-        raise UsageError(f"{int(top.sum())} calibration models at the probe level; a probe needs at least "
-                         f"{MIN_PROBED_CALIBRATION} to set its threshold (more models, a lower --probe-from or "
-                         "$SPARSEEVAL_PROBE_FROM, or no probe)")
-    excess = line_cal[top] - pred_cal[cal_ok][top]
-    threshold = float(np.quantile(excess, DISAGREEMENT_QUANTILE))
-    by_prefix = None if pred_cal_by_prefix is None else \
-        prefix_thresholds(intercept + slope * means_cal, pred_cal_by_prefix, level, threshold)
-    return {
-        "item_ids": list(item_ids),
-        "locations": [[t, d] for t, d in locations],
-        "line": [float(intercept), float(slope)],
-        "level": level,
-        "level_quantile": level_quantile,
-        "threshold": threshold,
-        **({} if by_prefix is None else {"threshold_by_prefix": by_prefix}),
-        "threshold_quantile": DISAGREEMENT_QUANTILE,
-        "halfwidth": conformal_quantile(np.abs(line_cal - scores_cal[cal_ok]), alpha),
-        "n_calibration": int(cal_ok.sum()),
-        "n_calibration_probed": int(top.sum()),
-    }
+    ``items``, ``locations``, ``pass_rates``, ``strata``: the non-anchor items (lm-eval task and doc index,
+    training pass rate, stratum); ``anchor_pass_rates``: the anchors' (the control's level is matched over
+    the whole pool); ``level``: a prediction at or above it (the ``level_quantile`` quantile of the
+    calibration models' predictions) asks for the probe; ``t_quantiles[d - 1]``: Student t's
+    ``1 - alpha / 2`` quantile at ``d`` degrees of freedom; ``salt``: what, with the model's name, seeds its
+    draw (the benchmark and the seed: a refit on the same anchors keeps every model's draw)."""
 
+    items: tuple[str, ...]
+    locations: tuple[tuple[str | None, int | None], ...]
+    pass_rates: tuple[float, ...]
+    strata: tuple[int, ...]
+    anchor_pass_rates: tuple[float, ...]
+    link: Link
+    level: float
+    level_quantile: float
+    first: int
+    batch: int
+    max_items: int
+    target: float
+    alpha: float
+    t_quantiles: tuple[float, ...]
+    salt: str
+    n_calibration_probed: int = 0
 
-def prefix_thresholds(line_cal: np.ndarray, pred_by_prefix: list[np.ndarray], level: float,
-                      threshold: float) -> list[float]:
-    """The disagreement threshold per prefix length: the same quantile as the full one, among the
-    calibration models a prefix's prediction puts at the level (``line_cal``: their probe estimates,
-    NaN where they did not answer the probe). A prefix with fewer than :data:`MIN_PROBED_CALIBRATION`
-    such models takes the largest threshold measured (fewer flags rather than noisy ones); none is
-    below the full anchors' ``threshold``, so fewer anchors never flag more readily than all of them."""
-    measured: list[float | None] = []
-    for pred in pred_by_prefix:
-        at = ~np.isnan(line_cal) & ~np.isnan(pred) & (pred >= level)
-        measured.append(float(np.quantile(line_cal[at] - pred[at], DISAGREEMENT_QUANTILE))
-                        if at.sum() >= MIN_PROBED_CALIBRATION else None)
-    widest = max([threshold, *(t for t in measured if t is not None)])
-    return [max(threshold, widest if t is None else t) for t in measured]
+    @property
+    def pool_size(self) -> int:
+        return len(self.items) + len(self.anchor_pass_rates)
+
+    @property
+    def first_items(self) -> int:
+        """The first batch, at most the whole pool beyond the anchors."""
+        return min(self.first, len(self.items))
+
+    @property
+    def cap(self) -> int:
+        return min(self.max_items, len(self.items))
+
+    def as_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["locations"] = [list(loc) for loc in self.locations]
+        return {"kind": KIND, **{k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ProbePlan:
+        fields = {k: v for k, v in d.items() if k != "kind"}
+        fields["link"] = Link(**{**fields["link"], "weights": tuple(fields["link"].get("weights", ()))})
+        fields["locations"] = tuple((t, None if i is None else int(i)) for t, i in fields["locations"])
+        for key in ("items", "pass_rates", "strata", "anchor_pass_rates", "t_quantiles"):
+            fields[key] = tuple(fields[key])
+        return cls(**fields)
 
 
-def probe_line(means: np.ndarray, scores: np.ndarray, n_items: int) -> tuple[float, float]:
-    """Intercept and slope of the line from a model's probe mean to its score, fitted on ``means`` and
-    ``scores`` and corrected for the mean's sampling noise.
-
-    Why corrected: a mean of ``n_items`` drawn items carries binomial noise, and least squares on a noisy
-    predictor flattens the slope by the reliability ``var(true mean) / var(mean)`` (errors in
-    variables). Flat is right for the typical model and wrong for the one the probe is for: on mmlu's
-    frontier (weakest 90 % fitted, 40 items) the plain fit put the strongest models 2.9 points low on
-    average, the corrected one 1.0 (docs/results/frontier.md, round 8). The noise is each model's
-    own binomial variance ``m (1 - m) / (n - 1)``, averaged (an upper bound where item scores are not
-    0/1, so the correction then errs steep); the reliability is floored at 0.5 so a tiny or degenerate
-    fitting set cannot blow the slope up.
-    """
-    slope = float(np.polyfit(means, scores, 1)[0])
-    noise = np.mean(means * (1 - means)) / max(n_items - 1, 1)
-    reliability = 1.0 - noise / np.var(means)
-    slope = slope / max(reliability, 0.5)
-    return float(np.mean(scores) - slope * np.mean(means)), float(slope)
+def plan_of(extra: dict[str, Any]) -> ProbePlan | None:
+    """The predictor's probe plan (None: it has none, or only the disagreement probe of an older fit)."""
+    probe = extra.get("probe")
+    return ProbePlan.from_json(probe) if isinstance(probe, dict) and probe.get("kind") == KIND else None
 
 
-def probe_estimate(probe: dict[str, Any], means: np.ndarray) -> np.ndarray:
-    """The probe's score estimate from its items' means (NaN stays NaN), clipped to [0, 1]."""
-    intercept, slope = probe["line"]
-    return np.clip(intercept + slope * means, 0.0, 1.0)
+def older_probe(extra: dict[str, Any]) -> bool:
+    """Whether the predictor carries the probe of rounds 8-11 (a disagreement check this library no longer
+    runs: such a predictor is used from its anchors alone, and says so)."""
+    probe = extra.get("probe")
+    return isinstance(probe, dict) and probe.get("kind") != KIND
 
 
-def probe_reason(probe: dict[str, Any], estimate: float, predicted: float, threshold: float) -> str:
-    """Why a model is flagged by the probe, in words a person reads."""
-    return (f"{PROBE_REASON} {len(probe['item_ids'])} random items put it at {100 * estimate:.1f}, "
-            f"{100 * (estimate - predicted):.1f} points above its anchors' {100 * predicted:.1f} (on "
-            f"{100 * probe['threshold_quantile']:g} % of the calibration models at the top the two stay within "
-            f"{100 * threshold:.1f}): these anchors may under-estimate it; predicted halfway between, "
-            "the interval reaching from the anchors' lower side to the probe's upper side")
+def _key(*parts: str) -> int:
+    """A 64-bit hash of ``parts``: the random order of a draw, the same on every platform and NumPy."""
+    return int.from_bytes(hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest(), "little")
 
 
-def probe_thresholds(probe: dict[str, Any], answered: np.ndarray | None, n: int) -> np.ndarray:
-    """The disagreement threshold of each of ``n`` models that answered ``answered`` anchors: the
-    threshold of that prefix length where the probe stores them (fitted since round 9), else the
-    full anchors' one."""
-    by_prefix = probe.get("threshold_by_prefix")
-    if not by_prefix or answered is None:
-        return np.full(n, float(probe["threshold"]))
-    return np.asarray(by_prefix, dtype=np.float64)[np.clip(np.asarray(answered, dtype=np.int64) - 1, 0,
-                                                           len(by_prefix) - 1)]
+def draw_order(plan: ProbePlan, model: str) -> np.ndarray:
+    """Positions in ``plan.items`` in the order ``model`` answers them: each stratum in its own random
+    order (hashed from the plan's salt, the model and the item), the strata taken round robin, so any
+    prefix holds each stratum's share (within one item)."""
+    strata = np.asarray(plan.strata)
+    queues = []
+    for h in range(int(strata.max()) + 1):
+        members = np.flatnonzero(strata == h)
+        keys = [_key(plan.salt, model, plan.items[j]) for j in members]
+        queues.append(members[np.argsort(keys, kind="stable")])
+    out = [q[r] for r in range(max(map(len, queues))) for q in queues if r < len(q)]
+    return np.asarray(out, dtype=np.int64)
 
 
-def probe_selfcheck_line(check: dict[str, Any] | None) -> str | None:
-    """``fit``'s line on the frontier self-check with the probe's answers, the same predictor's figures from
-    its anchors alone beside them."""
-    if not check:
-        return None
-    if not check.get("measured"):
-        return f"frontier self-check with the probe: {check.get('note', 'not measured')}"
-    alone = check["anchors_alone"]
-    return (f"frontier self-check with the probe's answers: on the {check['n']} stronger fitting models MAE "
-            f"{float(check['mae']):.2f} points, bias {float(check['bias']):+.2f}, "
-            f"coverage {float(check['coverage']):.3f}, "
-            f"flagged by the probe {100 * float(check['probe_flagged']):.1f} %, "
-            f"missed silently {100 * float(check['silent_misses']):.1f} % (from the anchors alone: MAE "
-            f"{float(alone['mae']):.2f}, bias {float(alone['bias']):+.2f}, coverage {float(alone['coverage']):.3f}, "
-            f"missed silently {100 * float(alone['silent_misses']):.1f} %)")
+def routed(plan: ProbePlan, predicted: np.ndarray, upward: np.ndarray) -> np.ndarray:
+    """Which models the anchors place in the top region: predicted at or above the plan's level, or
+    flagged as possibly above the training range (``upward``)."""
+    return (np.asarray(predicted) >= plan.level) | np.asarray(upward, dtype=bool)
 
 
-def probe_request(probe: dict[str, Any], how: str = "(`sparseeval export --probe`) and predict again") -> str:
-    """The warning of a model at the probe level that did not answer the probe's items (``how``: what to do)."""
-    return (f"predicted at the top of its calibration models (>= {100 * probe['level']:.1f}), where anchors alone "
-            f"miss stronger models: answer the probe's {len(probe['item_ids'])} items too {how}")
+@dataclass(frozen=True)
+class DesignEstimate:
+    """A routed model's score from its probe (scores in [0, 1])."""
+
+    predicted: float
+    lower: float
+    upper: float
+    #: the sampling half-width (what more items shrink) and the line's (a subset pool's; 0 on a whole one)
+    design_halfwidth: float
+    link_halfwidth: float
+    pool_mean: float
+    #: the line is extrapolated beyond the training models' pool means (a subset pool only)
+    beyond_line: bool
 
 
-def apply_probe(probe: dict[str, Any], g: Guarded, answers: np.ndarray | None,
-                answered: np.ndarray | None = None) -> tuple[Guarded, list[list[str]]]:
-    """The anchors' guarded predictions ``g`` checked by the probe's answers (rows as ``g``, NaN = not
-    answered; None: nobody answered it), and a warning per model at the probe level without them.
-    ``answered``: how many anchors each model answered (None: all), for its threshold
-    (:func:`probe_thresholds`).
+@dataclass(frozen=True)
+class ProbeState:
+    """Where a routed model stands with its probe: the items of its draw it answered in order (``answered``:
+    answers in the prefix used; ``ignored``: answers to items after it, not a random sample), its estimate once
+    the first batch is answered, and what to run next (positions in the plan's items; empty: done)."""
 
-    A model at the probe level (and not already open upward by the anchors' own reasons) whose probe
-    estimate exceeds its prediction by more than the threshold is flagged with :func:`probe_reason`,
-    predicted halfway between the two, and given an interval from the anchors' lower side to the probe's
-    upper side: the two disagree beyond what they do on the calibration models, and which one is right
-    is not knowable from them. Taking the probe's estimate alone won on mmlu's frontier but overshot truthfulqa's
-    (+2.5 points, coverage .28) and lost on the stronger models inside the training range, where the
-    anchors are not blind and the flagged probes are the lucky draws (docs/results/frontier.md, round 8).
-    Every other model is left exactly as it was.
-    """
-    n = g.pred.size
-    if answers is None:
-        est = np.full(n, np.nan)
-    else:
-        answers = np.asarray(answers, dtype=np.float64)
-        est = probe_estimate(probe, probe_means(np.nan_to_num(answers), ~np.isnan(answers)))
-    # a model whose anchors already say they cannot bound it from above has an open interval: the probe
-    # has nothing to add there, and where the anchors see the frontier (arc) its line overshoots
-    at_top = (g.pred >= probe["level"]) & ~np.array([opens_upward(r) for r in g.reasons], dtype=bool)
-    warns = [[probe_request(probe)] if at_top[i] and np.isnan(est[i]) else [] for i in range(n)]
-    threshold = probe_thresholds(probe, answered, n)
-    with np.errstate(invalid="ignore"):
-        flagged = at_top & (est - g.pred > threshold)
-    if not flagged.any():
-        return g, warns
-    upper = np.where(flagged, np.clip(est + probe["halfwidth"], 0.0, 1.0), g.upper)
-    return replace(
-        g, pred=np.where(flagged, (g.pred + est) / 2, g.pred), upper=upper,
-        halfwidth=np.where(flagged, (upper - g.lower) / 2, g.halfwidth),
-        reasons=[(*r, probe_reason(probe, est[i], g.pred[i], threshold[i])) if flagged[i] else r
-                 for i, r in enumerate(g.reasons)],
-    ), warns
+    model: str
+    answered: int
+    ignored: int
+    estimate: DesignEstimate | None
+    next_items: tuple[int, ...] = field(default_factory=tuple)
+    reason: str = ""
+
+    @property
+    def done(self) -> bool:
+        return not self.next_items
+
+
+def _shift(logits: np.ndarray, target: float) -> float:
+    """The shift ``d`` with ``mean(sigmoid(logits + d)) = target`` (monotone in ``d``: bisection)."""
+    target = float(np.clip(target, 1e-4, 1 - 1e-4))
+    lo, hi = -40.0, 40.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if np.mean(1.0 / (1.0 + np.exp(-(logits + mid)))) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-4, 1 - 1e-4)
+    return np.log(p / (1 - p))
+
+
+def control(plan: ProbePlan, anchors_predicted: float, anchor_answers: np.ndarray | None = None) -> np.ndarray:
+    """Each probe item's expected answer at the level the anchors put the model: the training pass rates
+    shifted on the logit scale until the whole pool's expected mean is the anchors' estimate (through the
+    link). Any control keeps the estimate unbiased; a good one narrows it."""
+    pool = _logit(np.concatenate([plan.pass_rates, plan.anchor_pass_rates]))
+    d = _shift(pool, float(plan.link.pool_mean(anchors_predicted, anchor_answers)))
+    return 1.0 / (1.0 + np.exp(-(_logit(np.asarray(plan.pass_rates)) + d)))
+
+
+def answered_prefix(order: np.ndarray, answers: np.ndarray) -> tuple[int, int, int]:
+    """(how far into its draw a model's answers reach, how many of those items it answered, answers to items
+    beyond): the longest prefix of the draw, ending on an answered item, with at most :data:`GAP_SHARE` of
+    it unanswered (rounded up: one anywhere in the first 20). Why a few gaps: a harness run loses an item now and then, and a dropped cell of the
+    training data is not a chosen one; why so few: more is no longer the random sample the interval is
+    about (a model that left out its wrong answers would look stronger)."""
+    done = ~np.isnan(answers[order])
+    gaps = np.cumsum(~done)
+    length = np.arange(1, done.size + 1)
+    ok = done & (gaps <= np.ceil(GAP_SHARE * length))
+    covered = int(length[ok][-1]) if ok.any() else 0
+    return covered, int(done[:covered].sum()), int(done[covered:].sum())
+
+
+def design_estimate(plan: ProbePlan, sample: np.ndarray, answers: np.ndarray, anchor_answers: np.ndarray,
+                    anchors_predicted: float) -> DesignEstimate:
+    """The stratified AIPW estimate from the probe items ``sample`` (positions: the answered items of a
+    prefix of the model's draw) answered ``answers`` (aligned with ``plan.items``) and the anchors answered
+    ``anchor_answers`` (an unanswered one, at most :func:`anchors_missing_allowed`, counts at the control's
+    expectation, its Bernoulli variance added)."""
+    strata = np.asarray(plan.strata)
+    p_hat = control(plan, anchors_predicted, anchor_answers)
+    m, n = len(plan.items), sample.size
+    mean_u, var_u = 0.0, 0.0
+    sampled = strata[sample]
+    for h in range(int(strata.max()) + 1):
+        members = strata == h
+        size, taken = int(members.sum()), sample[sampled == h]
+        w = size / m
+        if taken.size == 0:  # a stratum the gaps emptied: its items at the control's expectation, at most variance
+            mean_u += w * p_hat[members].mean()
+            var_u += w * w * 0.25
+            continue
+        resid = answers[taken] - p_hat[taken]
+        mean_u += w * (p_hat[members].mean() + resid.mean())
+        share = taken.size / n * PSEUDO
+        s2 = (np.sum((resid - resid.mean()) ** 2) + share * 0.25) / max(taken.size - 1 + share, 1e-9)
+        var_u += w * w * (1 - taken.size / size) * s2 / taken.size
+    k = anchor_answers.size
+    missing = np.isnan(anchor_answers)
+    anchor_p = np.asarray(plan.anchor_pass_rates)
+    filled = _fill(anchor_p[missing], plan, anchors_predicted, anchor_answers)
+    pool_mean = (float(np.nansum(anchor_answers)) + float(filled.sum()) + m * mean_u) / (m + k)
+    var = (m / (m + k)) ** 2 * max(var_u, 0.0) + float(np.sum(filled * (1 - filled))) / (m + k) ** 2
+    df = max(n - (int(strata.max()) + 1), 1)
+    t = plan.t_quantiles[min(df, len(plan.t_quantiles)) - 1]
+    link = plan.link
+    anchors_for_link = np.where(missing, 0.0, anchor_answers) if missing.any() else anchor_answers
+    if missing.any():
+        anchors_for_link[missing] = filled
+    score = float(link.score(pool_mean, anchors_for_link))
+    design = abs(link.slope) * t * float(np.sqrt(var))
+    half = float(np.hypot(design, link.residual))
+    return DesignEstimate(predicted=float(np.clip(score, 0.0, 1.0)), lower=max(score - half, 0.0),
+                          upper=min(score + half, 1.0), design_halfwidth=float(design),
+                          link_halfwidth=float(link.residual), pool_mean=float(pool_mean),
+                          beyond_line=(not link.whole) and pool_mean > link.pool_max)
+
+
+def _fill(rates: np.ndarray, plan: ProbePlan, anchors_predicted: float, anchor_answers: np.ndarray) -> np.ndarray:
+    """Unanswered anchors' expected answers at the anchors' level (the control's shift, on their pass rates)."""
+    if rates.size == 0:
+        return rates
+    pool = _logit(np.concatenate([plan.pass_rates, plan.anchor_pass_rates]))
+    known = np.where(np.isnan(anchor_answers), np.nan, anchor_answers)
+    d = _shift(pool, float(plan.link.pool_mean(anchors_predicted, np.nan_to_num(known))))
+    return 1.0 / (1.0 + np.exp(-(_logit(rates) + d)))
+
+
+def anchors_missing_allowed(k: int) -> int:
+    """How many of ``k`` anchors a probed model may leave unanswered (:data:`ANCHORS_MISSING_SHARE` of them,
+    rounded down): each counts in the items' mean at the control's expectation, so few, and of a large pool."""
+    return int(np.floor(ANCHORS_MISSING_SHARE * k))
+
+
+def probe_state(plan: ProbePlan, model: str, answers: np.ndarray, anchor_answers: np.ndarray,
+                anchors_predicted: float, *, target: float | None = None) -> ProbeState:
+    """A routed ``model``'s probe: its estimate from the answered prefix of its draw (``answers``: aligned
+    with ``plan.items``, NaN = not answered; :func:`answered_prefix`) once the first batch is in, and the next
+    batch while the sampling half-width is above ``target`` (default: the plan's) and the cap is not reached.
+    A model with more anchors unanswered than :func:`anchors_missing_allowed` is asked for them first."""
+    order = draw_order(plan, model)
+    covered, n, ignored = answered_prefix(order, answers)
+    target = plan.target if target is None else target
+    unanswered = int(np.isnan(anchor_answers).sum())
+    if unanswered > anchors_missing_allowed(anchor_answers.size):
+        return ProbeState(model, n, ignored, None, tuple(order[covered:max(plan.first_items, covered)].tolist()),
+                          f"answer its {unanswered} remaining anchors and the first {plan.first_items} items of its "
+                          "probe")
+    if covered < plan.first_items:
+        stray = (f"; its answers to {ignored} other probe items are not the start of the draw for the name "
+                 f"{model!r} (drawn for another name? each model's probe is drawn from its name)") if ignored else ""
+        return ProbeState(model, n, ignored, None, tuple(order[covered:plan.first_items].tolist()),
+                          f"answer the first {plan.first_items} items of its probe ({n} answered in order){stray}")
+    sample = order[:covered][~np.isnan(answers[order[:covered]])]
+    est = design_estimate(plan, sample, answers, anchor_answers, anchors_predicted)
+    if est.design_halfwidth <= target or covered >= plan.cap:
+        why = (f"sampling half-width {100 * est.design_halfwidth:.1f} <= target {100 * target:.1f} points"
+               if est.design_halfwidth <= target else f"the probe's cap of {plan.cap} items is reached")
+        return ProbeState(model, n, ignored, est, (), why)
+    more = order[covered:min(covered + plan.batch, plan.cap)]
+    return ProbeState(model, n, ignored, est, tuple(more.tolist()),
+                      f"sampling half-width {100 * est.design_halfwidth:.1f} > target {100 * target:.1f} points: "
+                      f"{more.size} more of its probe's items")
+
+
+def walk(plan: ProbePlan, model: str, pool_answers: np.ndarray, anchor_answers: np.ndarray,
+         anchors_predicted: float, *, target: float | None = None) -> ProbeState:
+    """The probe as a user who follows ``next`` meets it, for a model whose answers to every pool item
+    are known (``pool_answers``): the first batch, then a batch at a time until ``next`` says done. The
+    frontier self-check and the benches score with it, so their figures are what a user gets."""
+    order = draw_order(plan, model)
+    answers = np.full(len(plan.items), np.nan)
+    n = plan.first_items
+    while True:
+        answers[order[:n]] = pool_answers[order[:n]]
+        state = probe_state(plan, model, answers, anchor_answers, anchors_predicted, target=target)
+        if state.done:
+            return state
+        n += len(state.next_items)

@@ -404,16 +404,18 @@ class AnchorOnlyScores:
 def score_anchor_only_models(store: Any, benchmark: str) -> AnchorOnlyScores:
     """Score every stored model of ``benchmark`` with anchor answers and no full score, with the current
     champion (an upsert keyed by model and anchor set: running it twice changes nothing). The answers
-    read are the anchors' and, when the champion has a probe, its probe items' (a newcomer that ran them
-    is checked by them, as ``predict`` checks it); a model too short to predict is left out and named."""
-    from sparseeval.scoring import predict_scorable
+    read are the anchors' and, when the champion has a probe plan, any of its pool's (each newcomer's probe
+    is its own draw: one the anchors place at the top and that ran it is estimated by it, as ``predict``
+    does); a model too short to predict is left out and named."""
+    from sparseeval.predicting import predict_scorable
+    from sparseeval.probe import plan_of
 
     current = store.champion(benchmark)
     if current is None:
         return AnchorOnlyScores()
     artifact = load_predictor(current["artifact_uri"])
-    probe_items = (artifact.extra.get("probe") or {}).get("item_ids") or []
-    answers = store.anchor_answers_without_score(benchmark, [*artifact.anchor_item_ids, *probe_items])
+    plan = None if artifact.is_joint else plan_of(artifact.extra)
+    answers = store.anchor_answers_without_score(benchmark, [*artifact.anchor_item_ids, *(plan.items if plan else ())])
     predictions, skipped = predict_scorable(artifact, answers) if answers.height else ([], {})
     rows = [{**p.as_dict(), "anchor_set_id": current["anchor_set_id"]} for p in predictions]
     if rows:

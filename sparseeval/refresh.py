@@ -46,7 +46,7 @@ FRONTIER_SILENT_MAX = float(SETTINGS["frontier_silent_max"].default)
 
 #: what a failed ``frontier_misses_flagged`` tells its operator (the check's metadata, ``make run``'s summary):
 #: how to publish such a predictor knowingly, and what its users are told then (``predict`` warns above
-#: the cut at the default bar whatever the setting: :func:`sparseeval.scoring.predict`)
+#: the cut at the default bar whatever the setting: :func:`sparseeval.predicting.predict`)
 FRONTIER_OVERRIDE = ("to publish it knowingly, raise SPARSEEVAL_FRONTIER_SILENT_MAX above its silent share: every "
                      "prediction above the self-check's cut then carries the warning that it may be too low, "
                      "with no flag")
@@ -188,12 +188,14 @@ def frontier_check(frontier: Mapping[str, Mapping[str, Any]] | None, silent_max:
 
 
 def _with_probe(figures: Mapping[str, Any]) -> str:
-    """How a self-check measured with the predictor's probe says so in the check's message (the figures
-    assume a model at the probe level answered it; from its anchors alone they are these)."""
+    """How a self-check measured with the two stages says so in the check's message (the figures assume a
+    model the anchors place at the top answered its probe as ``next`` asks; from its anchors alone they are
+    these)."""
     alone = figures.get("anchors_alone")
     if not alone:
         return ""
-    return (f", with the answers to the probe's {figures['probe_items']} items (from the anchors alone "
+    return (f", {100 * float(figures['probed']):.0f} % of them estimated by their probe "
+            f"({float(figures['probe_items_mean']):.0f} items on average; from the anchors alone "
             f"{100 * float(alone['silent_misses']):.1f} % missed silently, MAE {float(alone['mae']):.2f})")
 
 

@@ -79,6 +79,7 @@ from sparseeval.evaluation import (
     results_frame,
     split_for_seed,
 )
+from sparseeval.fitting import ProbeSettings, artifact_from_fit, joint_artifact_from_fit
 from sparseeval.frontier import OWN_CUT, gated_figures, own_cut_outputs, selfcheck_outputs
 from sparseeval.matrix import ResponseMatrix
 from sparseeval.methods.base import AnchorEstimator
@@ -95,9 +96,7 @@ from sparseeval.publishing import (
 )
 from sparseeval.refresh import Check, fit_key, joint_data_version, publishing_checks, up_to_date
 from sparseeval.refresh_probe import attach as attach_probe
-from sparseeval.refresh_probe import probe_setup
 from sparseeval.refresh_probe import selfcheck as probed_selfcheck
-from sparseeval.scoring import artifact_from_fit, joint_artifact_from_fit
 from sparseeval.sources import model_dates
 from sparseeval.splits import Split, make_split
 from sparseeval.store import Store
@@ -136,8 +135,11 @@ class FitSettings:
     device: str = defaults.DEFAULT_DEVICE
     #: the joint predictor's benchmarks ("" every plain one, "none" off)
     joint_benchmarks: str = defaults.SETTINGS["joint_benchmarks"].default_value
-    #: random items of a probe fitted with each benchmark's predictor (None: no probe), and where it starts
-    probe_items: int | None = defaults.SETTINGS["probe_items"].default_value
+    #: the second stage (:class:`sparseeval.fitting.ProbeSettings`; ``probe_items`` 0: no probe)
+    probe_items: int = defaults.SETTINGS["probe_items"].default_value
+    probe_batch: int = defaults.SETTINGS["probe_batch"].default_value
+    probe_max: int = defaults.SETTINGS["probe_max"].default_value
+    probe_target: float = defaults.SETTINGS["probe_target"].default_value
     probe_from: float = defaults.SETTINGS["probe_from"].default_value
 
     @classmethod
@@ -146,13 +148,20 @@ class FitSettings:
         (a value that does not parse is refused naming its variable)."""
         names = ("k", "method", "seed", "alpha", "coverage_tolerance", "challenger_margin", "challenger_min_days",
                  "frontier_silent_max", "frontier_quantile", "device", "joint_benchmarks", "probe_items",
-                 "probe_from")
+                 "probe_batch", "probe_max", "probe_target", "probe_from")
         return cls(**{name: defaults.SETTINGS[name].value() for name in names})
 
+    def probe(self) -> ProbeSettings | None:
+        """The second stage these settings ask for (None: ``probe_items`` 0)."""
+        if not self.probe_items:
+            return None
+        return ProbeSettings(first=self.probe_items, batch=self.probe_batch, max_items=self.probe_max,
+                             target=self.probe_target / 100, level_quantile=self.probe_from)
+
     def key_settings(self) -> dict[str, Any]:
-        """Every setting that changes a fit, its calibration, its checks or the decision: the fit key's
-        (the probe's only when there is one: :func:`sparseeval.refresh_probe.probe_setup`)."""
-        return {**self._shared_key_settings(), **probe_setup(self.probe_items, self.probe_from)}
+        """Every setting that changes a fit, its calibration, its checks or the decision: the fit key's."""
+        probe = self.probe()
+        return {**self._shared_key_settings(), **({} if probe is None else probe.key())}
 
     def _shared_key_settings(self) -> dict[str, Any]:
         """The key settings of a benchmark's predictor and the joint one alike (the joint has no probe)."""
@@ -446,12 +455,13 @@ class _BenchmarkPhase:
         if self.baseline is None:
             self.baseline = baseline_mae(self.matrix, self.split, self.k, s.seed, device=s.device)
         if self.frontier is None:
+            probe = s.probe()
             self.frontier = _selfcheck(
-                ctx.store, self.name, _selfcheck_setup(s, s.method, self.k, **probe_setup(s.probe_items, s.probe_from)),
+                ctx.store, self.name, _selfcheck_setup(s, s.method, self.k, **({} if probe is None else probe.key())),
                 len(self.matrix.models), self.version,
                 lambda: probed_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]), s.method,
-                                         self.k, s.seed, s.probe_items, quantile=s.frontier_quantile, alpha=s.alpha,
-                                         device=s.device, probe_from=s.probe_from))
+                                         self.k, s.seed, probe, quantile=s.frontier_quantile, alpha=s.alpha,
+                                         device=s.device))
         save.baseline, save.frontier = self.baseline, self.frontier
 
     def _proposal(self, proposed: Candidate, challenger: Candidate | None, reason: str) -> Proposal:
@@ -482,7 +492,7 @@ class _BenchmarkPhase:
                 "anchors": proposed.items, "selection_seconds": round(proposed.fit_seconds, 2),
                 "train_models": len(split.train), "test_models": len(split.test),
                 "reused_fits": [c.origin for c in (proposal.proposed, proposal.challenger) if c and c.reused],
-                **_frontier_metadata(frontier), **_probe_metadata(frontier, s.probe_items),
+                **_frontier_metadata(frontier), **_probe_metadata(frontier, s.probe()),
                 "frontier_note": _selfcheck_note(frontier)}
 
 
@@ -596,8 +606,8 @@ class _CandidateSaver:
         s, db, matrix = self.ctx.settings, self.ctx.store, self.matrix
         artifact = artifact_from_fit(matrix, self.split, est, alpha=s.alpha, seed=s.seed, models=self.metadata,
                                      settings=db.training_settings(matrix.benchmark), frontier=self.frontier)
-        frontier = attach_probe(artifact, matrix, self.split, s.probe_items, seed=s.seed, alpha=s.alpha,
-                                probe_from=s.probe_from, frontier=self.frontier)
+        frontier = attach_probe(artifact, matrix, self.split, s.probe(), seed=s.seed, alpha=s.alpha,
+                                frontier=self.frontier)
         if frontier is not self.frontier:  # without the probe it could not fit: the figures that hold for it
             artifact.extra["frontier"] = frontier
         folder, saved = save_version(artifact, self.ctx.predictor_dir, matrix.benchmark)
@@ -658,13 +668,17 @@ def _frontier_metadata(figures: dict[str, Any]) -> dict[str, float]:
     return {f"frontier_{name}": round(v, 4) for name, v in frontier_metrics(figures).items()}
 
 
-def _probe_metadata(figures: dict[str, Any], items: int | None) -> dict[str, Any]:
-    """With ``$SPARSEEVAL_PROBE_ITEMS``: the probe the self-check was measured with and the anchors-alone
-    figures beside it (flat, as :func:`_frontier_metadata`), or why there is none (``probe_note``)."""
-    if items is None:
+def _probe_metadata(figures: dict[str, Any], probe: ProbeSettings | None) -> dict[str, Any]:
+    """With a probe: its first batch, the share of the stronger models it estimated and the items they ran,
+    and the anchors-alone figures beside the self-check (flat, as :func:`_frontier_metadata`), or why
+    there is none (``probe_note``)."""
+    if probe is None:
         return {}
     alone = {f"frontier_anchors_alone_{name}": round(v, 4) for name, v in _anchors_alone_metrics(figures).items()}
-    return {"probe_items": items, **alone, **({"probe_note": figures["probe_note"]} if "probe_note" in figures else {})}
+    used = {key: round(float(figures[key]), 4) for key in ("probed", "probe_items_mean", "probe_items_max")
+            if key in figures and "anchors_alone" in figures}
+    return {"probe_items": probe.first, **used, **alone,
+            **({"probe_note": figures["probe_note"]} if "probe_note" in figures else {})}
 
 
 def _anchors_alone_metrics(figures: dict[str, Any]) -> dict[str, float]:

@@ -62,6 +62,30 @@ def positive_int(raw: str) -> int:
     return n
 
 
+def non_negative_int(raw: str) -> int:
+    """A whole number of at least 0 (0: the thing it counts is off)."""
+    n = int(raw)
+    if n < 0:
+        raise ValueError(raw)
+    return n
+
+
+def unit(raw: str) -> float:
+    """A share in [0, 1] (a fraction, never a percentage: 15 would silently mean every model)."""
+    q = float(raw)
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(raw)
+    return q
+
+
+def points(raw: str) -> float:
+    """A half-width in percentage points, above 0 and at most 50."""
+    q = float(raw)
+    if not 0.0 < q <= 50.0:
+        raise ValueError(raw)
+    return q
+
+
 def open_unit(raw: str) -> float:
     """A number strictly between 0 and 1 (a quantile that must leave models on both sides)."""
     q = float(raw)
@@ -74,6 +98,8 @@ def open_unit(raw: str) -> float:
 KINDS: dict[Callable[[str], Any], str] = {str: "text", int: "a whole number", float: "a number",
                                           csv: "a comma-separated list", int_csv: "comma-separated whole numbers",
                                           cut_quantile: "a number in [0.5, 1)", positive_int: "a whole number >= 1",
+                                          non_negative_int: "a whole number >= 0", unit: "a share in [0, 1]",
+                                          points: "points in (0, 50]",
                                           open_unit: "a number in (0, 1)"}
 #: where a setting counts (the README table says it)
 SCOPES = {"refresh": "the refresh and the CLI", "pipeline": "the Dagster daemon", "runtime": "every process",
@@ -170,22 +196,27 @@ SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for
             "stronger models may fall outside their interval without an OOD flag (the interval's own "
             "miscoverage, 0.1 at 90 %, counts in it). Raised to publish a refused predictor knowingly, it does "
             "not silence `predict`: above the cut the self-check failed, a prediction is still warned at the default",
-            float),
+            unit),
     Setting("SPARSEEVAL_FRONTIER_QUANTILE", "0.9",
             "where that frontier self-check cuts the candidate's fitting models by score (0.9: fitted on the "
             "weakest 90 %, scored on the strongest 10 %); lower it (0.8) where new models are expected further "
             "beyond the strongest ones: farther beyond, the intervals miss more often (docs/results/frontier.md)",
             cut_quantile),
-    Setting("SPARSEEVAL_PROBE_ITEMS", "",
-            "random non-anchor items of a probe fitted with every published benchmark predictor (as `sparseeval fit "
-            "--probe N`; unset: none): a model the anchors put at the top answers them too (`sparseeval next` asks "
-            "for them), and the frontier self-check, and so the frontier_misses_flagged check, is measured with "
-            "their answers; a benchmark with too few calibration models at the probe level is published without "
-            "one, and says so (docs/results/frontier.md, round 10)", positive_int),
+    Setting("SPARSEEVAL_PROBE_ITEMS", "40",
+            "the probe's first batch: random items beyond the anchors that a model the anchors place at the top "
+            "answers (`sparseeval next` names them, per model), its estimate and interval then come from them by "
+            "design (sparseeval/probe.py); 0 publishes predictors without a probe", non_negative_int),
+    Setting("SPARSEEVAL_PROBE_BATCH", "20",
+            "items the probe adds per step while its sampling half-width is above SPARSEEVAL_PROBE_TARGET",
+            positive_int),
+    Setting("SPARSEEVAL_PROBE_MAX", "200", "the most items a probe asks of one model", positive_int),
+    Setting("SPARSEEVAL_PROBE_TARGET", "5",
+            "the probe's target: it asks for more items while its sampling half-width is above this many points "
+            "(the interval adds a subset pool's line error, which more items do not shrink)", points),
     Setting("SPARSEEVAL_PROBE_FROM", "0.8",
-            "with SPARSEEVAL_PROBE_ITEMS: the quantile of the calibration models' predictions from which a model is "
-            "asked the probe (`sparseeval fit --probe-from`; 0.5 catches more of mmlu's frontier but asks half of "
-            "all models)", open_unit),
+            "the quantile of the calibration models' predictions from which a model is asked the probe (0.8: a "
+            "fifth of ordinary models, more where many tie at the top), besides any the anchors flag as possibly "
+            "above the training range", open_unit),
     Setting("SPARSEEVAL_SENSOR_INTERVAL", "30",
             "seconds between two evaluations of each sensor by the Dagster daemon (new files, stale benchmarks, "
             "joint predictor)", int, "pipeline"),

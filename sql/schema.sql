@@ -246,8 +246,15 @@ CREATE TABLE IF NOT EXISTS predictions (
 -- " | "), NULL when it is not
 ALTER TABLE predictions ADD COLUMN IF NOT EXISTS ood_reason VARCHAR;
 -- what `predict` would print under the prediction, joined by " | " (a self-check's "may be too low" above
--- its failed cut, the probe's "answer the probe's items too" at its level, ...), NULL when nothing
+-- its failed cut, the probe's "answer the first 40 items of its probe" at its level, ...), NULL when nothing
 ALTER TABLE predictions ADD COLUMN IF NOT EXISTS warnings VARCHAR;
+-- which stage gave the number: 'anchors' (the anchors' conformal estimate) or 'probe' (the design-based
+-- estimate of the model's random probe, sparseeval/probe.py); the probe items it used and still asks for;
+-- the anchors' own estimate beside a probe's
+ALTER TABLE predictions ADD COLUMN IF NOT EXISTS stage VARCHAR DEFAULT 'anchors';
+ALTER TABLE predictions ADD COLUMN IF NOT EXISTS probe_items INTEGER DEFAULT 0;
+ALTER TABLE predictions ADD COLUMN IF NOT EXISTS probe_next INTEGER DEFAULT 0;
+ALTER TABLE predictions ADD COLUMN IF NOT EXISTS anchors_predicted DOUBLE;
 
 -- Hugging Face Hub dataset repos (sparseeval.hub_sources): per repo and requested revision, the commit
 -- sha last ingested, so an unchanged repo costs one metadata call; and per file the blob id ingested,

@@ -65,9 +65,11 @@ ORDER BY p.benchmark, p.model;
 
 -- How each fitted anchor set fares on models stronger than every model it learned from (its frontier
 -- self-check) beside its in-distribution figures, newest first: the silent misses (outside the interval
--- and not flagged) are what the frontier_misses_flagged publishing check bounds. With a probe
--- (SPARSEEVAL_PROBE_ITEMS) the figures are those with its answers: probe_items says how many, and
--- frontier_silent_anchors_alone what the same fit missed silently from its anchors alone.
+-- and not flagged) are what the frontier_misses_flagged publishing check bounds. With a probe (the
+-- default, SPARSEEVAL_PROBE_ITEMS) the figures are the two stages': each stronger model the anchors place at
+-- the top answers its probe as `sparseeval next` asks; probe_items is its first batch, probed the share
+-- estimated by the probe, probe_items_mean the items they ran, frontier_silent_anchors_alone what the same
+-- fit missed silently from its anchors alone.
 CREATE OR REPLACE VIEW frontier_selfcheck AS
 SELECT benchmark, anchor_set_id, method, k, role, created_at,
        test_mae, coverage,
@@ -75,6 +77,8 @@ SELECT benchmark, anchor_set_id, method, k, role, created_at,
        frontier_mae / nullif(test_mae, 0) AS frontier_mae_ratio,
        json_extract(checks, '$.frontier_misses_flagged.passed')::BOOLEAN AS frontier_check_passed,
        json_extract(params, '$.frontier.probe_items')::INTEGER AS probe_items,
+       json_extract(params, '$.frontier.probed')::DOUBLE AS probed,
+       json_extract(params, '$.frontier.probe_items_mean')::DOUBLE AS probe_items_mean,
        json_extract(params, '$.frontier.anchors_alone.silent_misses')::DOUBLE AS frontier_silent_anchors_alone
 FROM anchor_sets
 WHERE frontier_mae IS NOT NULL

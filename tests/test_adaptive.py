@@ -13,7 +13,8 @@ import pytest
 from sparseeval import cli
 from sparseeval.adaptive import order_of
 from sparseeval.artifact import PredictorArtifact, load_predictor
-from sparseeval.scoring import TooFewAnchorsError, fit_predictor, predict
+from sparseeval.fitting import fit_predictor
+from sparseeval.predicting import TooFewAnchorsError, predict
 
 N_FIT, N_HELD, N_ITEMS, K = 900, 600, 50, 12
 

@@ -25,6 +25,7 @@ from sparseeval.evaluation import (
     frontier_selfcheck,
     split_for_seed,
 )
+from sparseeval.fitting import fit_predictor
 from sparseeval.frontier import (
     ALL_RIGHT,
     ALL_WRONG,
@@ -40,8 +41,8 @@ from sparseeval.frontier import (
     selfcheck_note,
 )
 from sparseeval.matrix import ResponseMatrix, build_matrix
+from sparseeval.predicting import Prediction, open_for_extrapolation, predict
 from sparseeval.refresh import publishing_checks
-from sparseeval.scoring import Prediction, fit_predictor, open_for_extrapolation, predict
 from sparseeval.settings import DEFAULT_BEYOND_PRIOR
 from sparseeval.splits import frontier_cut, make_split
 from sparseeval.synthetic import generate_leaderboard

@@ -412,7 +412,7 @@ def test_settings_travel_to_the_predictor_export_and_predict(tmp_path: Path) -> 
 
     from sparseeval.commands.predict import predict_all
     from sparseeval.export import lm_eval_commands
-    from sparseeval.scoring import fit_predictor
+    from sparseeval.fitting import fit_predictor
 
     rng = np.random.default_rng(0)
     ability = rng.normal(size=60)

@@ -14,10 +14,12 @@ from sparseeval.artifact import load_predictor
 from sparseeval.benchmarks import BenchmarkNameError, joint_benchmarks
 from sparseeval.evaluation import ProtocolConfig, run_joint_protocol, summarize
 from sparseeval.export import lm_eval_samples
+from sparseeval.fitting import fit_joint_predictor
+from sparseeval.joint_fit import fit_joint
 from sparseeval.matrix import ResponseMatrix, build_matrix
 from sparseeval.methods.joint import MEAN, JointSparseEval, forward_order, joint_data, ridge_gcv_multi
 from sparseeval.methods.proxies import ridge_gcv_from_gram
-from sparseeval.scoring import fit_joint, fit_joint_predictor, predict
+from sparseeval.predicting import predict
 from sparseeval.splits import make_split
 
 BENCHES = ("alpha", "beta", "gamma", "delta")

@@ -37,10 +37,10 @@ from sparseeval.frontier import (
 from sparseeval.matrix import build_matrix
 from sparseeval.matrix_store import MatrixStore
 from sparseeval.methods.joint import JOINT_METHOD, MEAN, JointData, joint_data
+from sparseeval.predicting import predict
 from sparseeval.publishing import published_path
 from sparseeval.refresh import frontier_check
 from sparseeval.refresh_policy import FitSettings, refresh_joint
-from sparseeval.scoring import predict
 from sparseeval.splits import frontier_cut, make_split
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard

@@ -14,10 +14,10 @@ import pytest
 
 from sparseeval.artifact import load_predictor
 from sparseeval.cli import main as cli_main
+from sparseeval.fitting import fit_predictor
 from sparseeval.lifecycle import ROLES, TRANSITIONS, IllegalTransitionError, check_transition, state_table_markdown
 from sparseeval.publishing import FAILPOINTS, Publisher, audit, leftovers, record_decision, save_version
 from sparseeval.refresh import Check
-from sparseeval.scoring import fit_predictor
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard
 

@@ -79,29 +79,25 @@ def test_lm_eval_prints_the_estimate_of_predict(tmp_path: Path) -> None:
     singles = {t: tmp_path / "pred" / t for t in TASKS}
     for task, folder in singles.items():
         assert main([*fit, "--benchmark", task, "--method", "sparseeval-linear", "--out", str(folder)]) == 0
-    # the single benchmark's own predictor with a probe (its threshold needs 30 calibration models at the top)
-    leaderboard(tmp_path / "more", n=1000)
-    probed = tmp_path / "pred" / "probed"
-    assert main([*fit[:2], str(tmp_path / "more"), *fit[3:], "--benchmark", TASKS[0], "--method", "sparseeval-linear",
-                 "--probe", "10", "--out", str(probed)]) == 0
     joint = tmp_path / "pred" / "joint"
     assert main([*fit, "--benchmark", ",".join(TASKS), "--method", "sparseeval-joint", "--out", str(joint),
                  "--seed", "1"]) == 0
     include = ["--format", "lm-eval-task", "--lm-eval-include", str(TASK_DIR)]
     tasks = tmp_path / "tasks"
-    assert main(["export", "--predictor", str(probed), *include, "--probe", "--out", str(tasks / "one")]) == 0
+    probed = singles[TASKS[0]]
+    assert main(["export", "--predictor", str(probed), *include, "--out", str(tasks / "one")]) == 0
     assert main(["export", "--predictor", str(joint), *include, "--out", str(tasks / "joint")]) == 0
     assert main(["export", *[a for f in singles.values() for a in ("--predictor", str(f))], *include,
                  "--out", str(tmp_path / "several")]) == 0
 
-    # one benchmark, exported with its probe: the run holds exactly the anchors and the probe's items,
-    # and predict reads both back from the run's samples
+    # one benchmark: the run holds exactly the anchors, and predict reads them back from the run's samples
+    # (a model's probe in lm-eval: tests/test_lm_eval_probe.py)
     results = lm_eval(tmp_path, tasks / "one", "sparseeval_sparse_toy_mc", tmp_path / "run1")
     run = next((tmp_path / "run1").iterdir())
     [samples] = run.glob("samples_sparseeval_sparse_toy_mc_*.jsonl")
     docs = sorted(json.loads(line)["doc"]["sparseeval_doc_id"] for line in samples.read_text().splitlines())
     meta = json.loads((probed / "predictor.json").read_text())
-    assert docs == sorted([a["doc_id"] for a in meta["anchors"]] + [d for _, d in meta["extra"]["probe"]["locations"]])
+    assert docs == sorted(a["doc_id"] for a in meta["anchors"])
     one = predicted(tmp_path, [probed], run)
     same(results, "sparseeval_sparse_toy_mc", one["sparse_toy_mc"])
     assert one["sparse_toy_mc"]["n_anchors"] == K

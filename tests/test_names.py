@@ -78,8 +78,8 @@ def test_published_folders_are_named_by_the_encoding(tmp_path: Path) -> None:
     """The fast twin of the pipeline test below: a predictor saved and published under each hostile
     name is one versions folder and one published link, each named by the name's encoding, inside
     the predictors folder, and what the link serves is what was saved."""
+    from sparseeval.fitting import fit_predictor
     from sparseeval.publishing import VERSIONS, published_hash, save_version, swap_published
-    from sparseeval.scoring import fit_predictor
     from sparseeval.synthetic import generate_leaderboard
 
     lb = generate_leaderboard(n_families=8, models_per_family=8, benchmarks={"arc": 20}, seed=1)

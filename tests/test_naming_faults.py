@@ -21,7 +21,7 @@ import pytest
 from sparseeval.answers import read_answers
 from sparseeval.commands.predict import predict_all
 from sparseeval.errors import UsageError
-from sparseeval.scoring import fit_predictor
+from sparseeval.fitting import fit_predictor
 from sparseeval.store import Store
 
 REAL = Path(__file__).parent / "fixtures" / "real_formats"

@@ -12,8 +12,8 @@ import pytest
 
 from sparseeval.artifact import ArtifactError, load_predictor
 from sparseeval.cli import main
+from sparseeval.fitting import fit_predictor
 from sparseeval.predictor_hub import PredictorSourceError, parse
-from sparseeval.scoring import fit_predictor
 from tests.hub_server import HubServer, Repo, files_from
 from tests.test_artifact import irt_long
 

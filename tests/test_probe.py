@@ -1,39 +1,243 @@
-"""The probe (``fit --probe N``): random items that check the anchors of a model at the top of their range.
+"""The second stage (:mod:`sparseeval.probe`): a random probe whose estimate and interval hold by design.
 
-On real mmlu (the shared Open LLM Leaderboard data), fitted on the weakest 90 % of the models, the
-anchors alone put the strongest 10 % about 8.6 points low and miss three in four of them silently; with
-their answers to the probe most of those models are flagged and predicted closer, while the models the predictor
-was fitted on are left as they were. The rest are small cases with known answers: the noise correction
-of the probe's line, the draw, and what ``predict`` does with partial or missing probe answers.
+Small cases with known answers first: the draw (per model, stratified, reproducible, never an anchor),
+the estimate's unbiasedness and coverage *whatever the anchors said* (the control may be badly wrong),
+the finite-population correction, the pseudo-answers, the sequential stop and the cap, answers out of
+order, the link of a subset pool and the level. Then the real thing: mmlu of the shared Open LLM
+Leaderboard data, fitted on its weakest 90 % with the defaults, and its strongest 10 % predicted through
+``sparseeval next`` and ``predict`` as a user runs them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from contextlib import redirect_stdout
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
-import yaml
 
 from sparseeval.cli import main
 from sparseeval.errors import UsageError
-from sparseeval.frontier import STRONGER, Guarded, opens_upward
-from sparseeval.probe import PROBE_FROM_QUANTILE, apply_probe, draw_probe_items, fit_probe, probe_line
-from sparseeval.scoring import compare
+from sparseeval.probe import (
+    KIND,
+    Link,
+    ProbePlan,
+    answered_prefix,
+    design_estimate,
+    draw_order,
+    plan_of,
+    probe_state,
+    routed,
+    walk,
+)
+from sparseeval.probe_fit import CATCH, MOST_ASKED, fit_link, fit_plan, probe_level, strata_of
+from sparseeval.settings import SETTINGS, SettingError
 from sparseeval.splits import frontier_cut
 from tests.support import OPENLLM_DIR, needs_real_data
 
-PROBE_N = 40
+
+def population(n_models: int = 400, n_items: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(answers, abilities) of a 2PL population: items of spread difficulty and discrimination."""
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(0, 1, n_models)
+    a, b = rng.uniform(0.5, 2.0, n_items), rng.normal(0, 1.2, n_items)
+    Y = (rng.random((n_models, n_items)) < 1 / (1 + np.exp(-a * (theta[:, None] - b)))).astype(np.float32)
+    return Y, theta
 
 
+def plan_for(Y: np.ndarray, k: int = 10, *, scores: np.ndarray | None = None, first: int = 40, batch: int = 20,
+             max_items: int = 200, target: float = 0.05, salt: str = "toy/0") -> ProbePlan:
+    """A plan fitted on the first 300 rows of ``Y`` (calibration: the next 100), anchors the first ``k`` items."""
+    scores = Y.mean(axis=1).astype(np.float64) if scores is None else scores
+    fit, cal = slice(0, 300), slice(300, 400)
+    return fit_plan(items=[f"i{j}" for j in range(Y.shape[1])], locations=[("toy", j) for j in range(Y.shape[1])],
+                    values=Y[fit], observed=np.ones_like(Y[fit], dtype=bool), scores=scores[fit],
+                    anchor_columns=np.arange(k), cal_values=Y[cal], cal_observed=np.ones_like(Y[cal], dtype=bool),
+                    cal_scores=scores[cal], pred_cal=scores[cal], alpha=0.1, salt=salt, first=first, batch=batch,
+                    max_items=max_items, target=target)
+
+
+def test_each_model_has_its_own_stratified_reproducible_draw_that_never_holds_an_anchor() -> None:
+    Y, _ = population()
+    plan = plan_for(Y)
+    assert plan.items == tuple(f"i{j}" for j in range(10, 300))  # the anchors are not in the pool
+    a, again, b = draw_order(plan, "org/a"), draw_order(plan, "org/a"), draw_order(plan, "org/b")
+    assert np.array_equal(a, again) and not np.array_equal(a, b)
+    assert sorted(a.tolist()) == list(range(len(plan.items)))  # a permutation of the pool
+    strata = np.asarray(plan.strata)
+    for n in (4, 40, 60, 200):  # every prefix holds each stratum's share, within one item
+        counts = np.bincount(strata[a[:n]], minlength=4)
+        assert counts.max() - counts.min() <= 1
+    # another salt (another benchmark or seed) draws anew; a refit with the same salt draws the same
+    assert not np.array_equal(draw_order(replace(plan, salt="toy/1"), "org/a"), a)
+    # the order is the documented hash, not NumPy's generator: a light install with another NumPy draws the same
+    assert a.tolist() == hashed_order(plan, "org/a")
+
+
+def hashed_order(plan: ProbePlan, model: str) -> list[int]:
+    """The draw as documented, computed here with hashlib alone: each stratum by blake2b-64 (little endian) of
+    "salt NUL model NUL item", then the strata round robin."""
+    def key(j: int) -> int:
+        digest = hashlib.blake2b(f"{plan.salt}\0{model}\0{plan.items[j]}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "little")
+
+    queues = [sorted((j for j, h in enumerate(plan.strata) if h == s), key=key) for s in range(max(plan.strata) + 1)]
+    return [q[r] for r in range(max(map(len, queues))) for q in queues if r < len(q)]
+
+
+def test_the_estimate_is_unbiased_and_covers_by_design_even_when_the_anchors_are_wrong() -> None:
+    Y, _ = population(n_items=600)
+    plan = plan_for(Y, max_items=40)
+    model = Y[399]  # a calibration model: the truth is its pool mean (the pool is the benchmark here)
+    truth = float(model.mean())
+    anchors, pool = model[:10].astype(np.float64), model[10:].astype(np.float64)
+    for anchors_said in (truth, 0.15, 0.95):  # right, far too low, far too high
+        est, inside = [], []
+        for draw in range(300):
+            p = replace(plan, salt=f"toy/{draw}")
+            e = design_estimate(p, draw_order(p, "m")[:40], pool, anchors, anchors_said)
+            est.append(e.predicted)
+            inside.append(e.lower <= truth <= e.upper)
+        # unbiased: the mean over draws is the truth within its Monte Carlo error (3 standard errors)
+        assert abs(np.mean(est) - truth) < 3 * np.std(est) / np.sqrt(len(est)), anchors_said
+        assert 0.85 <= np.mean(inside) <= 0.97, anchors_said
+    # a control at the model's level narrows the spread; a wrong one only widens it
+    spread = {said: np.std([design_estimate(replace(plan, salt=f"toy/{d}"), draw_order(replace(plan, salt=f"toy/{d}"),
+                                                                                       "m")[:40],
+                                            pool, anchors, said).predicted for d in range(200)])
+              for said in (truth, 0.15)}
+    assert spread[truth] < spread[0.15]
+
+
+def test_answering_the_whole_pool_gives_the_exact_score_and_an_all_right_probe_still_a_width() -> None:
+    Y, _ = population()
+    plan = plan_for(Y, first=400, max_items=400)
+    model = Y[350].astype(np.float64)
+    whole = design_estimate(plan, draw_order(plan, "m"), model[10:], model[:10], 0.5)
+    assert whole.predicted == pytest.approx(model.mean(), abs=1e-9)
+    assert whole.design_halfwidth == pytest.approx(0.0, abs=1e-12)  # finite-population correction: nothing left
+    ones = np.ones_like(model)
+    part = design_estimate(plan, draw_order(plan, "m")[:40], ones[10:], ones[:10], 0.9)
+    assert part.upper - part.lower > 0.02  # 40 right of 40 does not prove 100 %: the pseudo-answers
+
+
+def test_the_probe_asks_a_first_batch_then_batches_while_too_wide_up_to_its_cap() -> None:
+    Y, _ = population(n_items=600)
+    model = Y[380].astype(np.float64)
+    anchors, pool = model[:10], model[10:]
+    plan = plan_for(Y, target=0.03, max_items=120)
+    nothing = probe_state(plan, "m", np.full(len(plan.items), np.nan), anchors, 0.5)
+    assert nothing.estimate is None and list(nothing.next_items) == draw_order(plan, "m")[:40].tolist()
+    done = walk(plan, "m", pool, anchors, 0.5)
+    assert done.done and done.answered == 120 and "cap" in done.reason  # 3 points needs more than 120 items
+    loose = walk(replace(plan, target=0.2), "m", pool, anchors, 0.5)
+    assert loose.done and loose.answered == 40 and "target" in loose.reason
+    # a user asks for a narrower target than the predictor's: more items, the same draw
+    asked = probe_state(plan, "m", np.where(np.isin(np.arange(len(pool)), draw_order(plan, "m")[:40]), pool, np.nan),
+                        anchors, 0.5, target=0.01)
+    assert list(asked.next_items) == draw_order(plan, "m")[40:60].tolist()
+
+
+def test_answers_out_of_the_draws_order_are_not_a_random_sample() -> None:
+    Y, _ = population()
+    plan = plan_for(Y)
+    model = Y[350].astype(np.float64)
+    order = draw_order(plan, "m")
+    answers = np.full(len(plan.items), np.nan)
+    answers[order[:40]] = model[10:][order[:40]]
+    answers[order[17]] = np.nan  # one item a run lost: within the 5 % (rounded up) a prefix may miss
+    assert answered_prefix(order, answers) == (40, 39, 0)
+    one_gap = probe_state(plan, "m", answers, model[:10], 0.5)
+    assert one_gap.estimate is not None and one_gap.answered == 39
+    answers[order[15:20]] = np.nan  # five in a row: what follows them is no longer the draw's random sample
+    assert answered_prefix(order, answers) == (15, 15, 20)
+    gaps = probe_state(plan, "m", answers, model[:10], 0.5)
+    assert gaps.estimate is None and gaps.ignored == 20 and list(gaps.next_items) == order[15:40].tolist()
+    # answers drawn for another name: none is the start of this model's draw, and the reason says so
+    other = np.full(len(plan.items), np.nan)
+    other[draw_order(plan, "someone else")[:40]] = 1.0
+    state = probe_state(plan, "m", other, model[:10], 0.5)
+    assert state.estimate is None and "drawn for another name" in state.reason
+    # an anchor the run lost is counted at the anchors' expectation (up to 2 of 20); two of ten are asked for
+    lost = np.where(np.isin(np.arange(len(plan.items)), order[:40]), model[10:], np.nan)
+    twenty = plan_for(Y, k=20)
+    assert probe_state(twenty, "m", np.where(np.isin(np.arange(len(twenty.items)), draw_order(twenty, "m")[:40]),
+                                             model[20:], np.nan),
+                       np.where(np.arange(20) == 3, np.nan, model[:20]), 0.5).estimate is not None
+    asked = probe_state(plan, "m", lost, np.where(np.arange(10) < 2, np.nan, model[:10]), 0.5)
+    assert asked.estimate is None and "2 remaining anchors" in asked.reason
+
+
+def test_a_subset_pool_goes_through_a_line_whose_error_is_in_the_interval() -> None:
+    Y, theta = population()
+    full_score = 1 / (1 + np.exp(-1.3 * theta))  # the benchmark is more than these items
+    ones = np.ones_like(Y[:300], dtype=bool)
+    whole = fit_link(Y[:300], ones, Y[:300].mean(axis=1), cal_values=Y[300:], cal_observed=ones[:100],
+                     cal_scores=Y[300:].mean(axis=1), cal_top=np.ones(100, bool), alpha=0.1)
+    assert whole == Link()
+    line = fit_link(Y[:300], ones, full_score[:300], cal_values=Y[300:], cal_observed=ones[:100],
+                    cal_scores=full_score[300:], cal_top=np.ones(100, bool), alpha=0.1)
+    assert not line.whole and line.slope > 0 and line.residual > 0
+    with pytest.raises(UsageError, match="does not rise"):
+        fit_link(Y[:300], ones, -full_score[:300], cal_values=Y[300:], cal_observed=ones[:100],
+                 cal_scores=-full_score[300:], cal_top=np.ones(100, bool), alpha=0.1)
+    plan = plan_for(Y, scores=full_score)
+    e = design_estimate(plan, draw_order(plan, "m")[:40], Y[350, 10:].astype(np.float64), Y[350, :10], 0.5)
+    assert e.link_halfwidth == plan.link.residual and (e.upper - e.lower) / 2 >= e.link_halfwidth
+
+
+def test_the_level_asks_the_models_the_anchors_cannot_tell_from_the_strongest_but_never_more_than_half() -> None:
+    rng = np.random.default_rng(1)
+    scores = rng.uniform(0.3, 0.8, 1000)
+    pred = scores + rng.normal(0, 0.01, 1000)
+    assert probe_level(pred, scores, 0.8) == pytest.approx(np.quantile(pred, 0.8))  # the anchors see the top
+    # anchors that saturate: every model above 0.62 is predicted at one value, and some top ones below it
+    blind = np.where(scores > 0.62, 0.62, scores)
+    blind[np.argsort(scores)[-40:][:15]] = 0.58
+    level = probe_level(blind, scores, 0.8)
+    top = scores >= np.quantile(scores, 0.9)
+    assert np.mean(blind[top] >= level) >= CATCH and level >= np.quantile(blind, 1 - MOST_ASKED)
+    assert level < np.quantile(blind, 0.8)
+    asked = routed(plan_for(population()[0]), np.array([0.1, 0.9]), np.array([True, False]))
+    assert asked.tolist() == [True, True]
+
+
+def test_strata_are_equal_counts_by_pass_rate() -> None:
+    rates = np.array([0.9, 0.1, 0.5, 0.3, 0.7, 0.2, 0.8, 0.4])
+    assert strata_of(rates, 4).tolist() == [3, 0, 2, 1, 2, 0, 3, 1]  # {.1 .2} {.3 .4} {.5 .7} {.8 .9}
+
+
+def test_a_plan_needs_a_pool_beyond_the_anchors_and_round_trips_as_json() -> None:
+    Y, _ = population(n_items=15)
+    with pytest.raises(UsageError, match="items beyond the anchors"):
+        plan_for(Y, k=10)
+    plan = plan_for(population()[0])
+    stored = json.loads(json.dumps(plan.as_json()))
+    assert stored["kind"] == KIND and plan_of({"probe": stored}) == plan
+    assert plan_of({"probe": {"item_ids": ["x"], "threshold": 0.1}}) is None  # an older probe is not a plan
+
+
+@pytest.mark.parametrize(("name", "bad"), [("frontier_silent_max", "15"), ("frontier_silent_max", "-0.1"),
+                                           ("probe_items", "-1"), ("probe_target", "0"), ("probe_target", "80"),
+                                           ("probe_batch", "0"), ("probe_from", "1")])
+def test_settings_out_of_range_are_refused_naming_the_variable(monkeypatch, name: str, bad: str) -> None:
+    monkeypatch.setenv(SETTINGS[name].env, bad)
+    with pytest.raises(SettingError, match=SETTINGS[name].env):
+        SETTINGS[name].value()
+
+
+# ------------------------------------------------------------------------------------------------
+# mmlu of the shared data, as a user meets it
+# ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def mmlu_frontier(tmp_path_factory):
-    """``sparseeval fit --probe 40`` on a data folder holding mmlu's weakest 90 % (by full score), and the
-    answers of the strongest 10 % it never saw (anchors and every other item)."""
+    """``sparseeval fit`` with its defaults on a data folder holding mmlu's weakest 90 % (by full score), and
+    the answers of the strongest 10 % it never saw (to every item)."""
     root = tmp_path_factory.mktemp("probe")
     scores = pl.read_parquet(OPENLLM_DIR / "scores.parquet").filter(pl.col("benchmark") == "mmlu")
     responses = pl.read_parquet(OPENLLM_DIR / "responses.parquet").filter(pl.col("benchmark") == "mmlu")
@@ -44,333 +248,127 @@ def mmlu_frontier(tmp_path_factory):
     keep = ~pl.col("model").is_in(stronger["model"].implode())
     responses.filter(keep).write_parquet(data / "responses.parquet")
     scores.filter(keep).write_parquet(data / "scores.parquet")
-    out = root / "mmlu-probe"
+    out = root / "mmlu"
     printed = io.StringIO()
     with redirect_stdout(printed):
-        assert main(["fit", "--data", str(data), "--benchmark", "mmlu", "--probe", str(PROBE_N), "--seed", "0",
+        assert main(["fit", "--data", str(data), "--benchmark", "mmlu", "--seed", "0", "--frontier-quantile", "off",
                      "--out", str(out)]) == 0
-    meta = json.loads((out / "predictor.json").read_text())
-    answers = responses.filter(pl.col("model").is_in(stronger["model"].implode())).rename({"correct": "score"})
-    return out, meta, answers, dict(zip(stronger["model"], stronger["score"], strict=True)), responses, \
-        printed.getvalue()
+    answers = responses.filter(~keep).rename({"correct": "score"})
+    weaker = responses.filter(keep).rename({"correct": "score"})
+    return out, answers, weaker, dict(zip(stronger["model"], stronger["score"], strict=True)), printed.getvalue()
 
 
-def _predict_json(folder: Path, answers: pl.DataFrame, sheet: Path, capsys) -> dict[str, dict]:
-    answers.write_csv(sheet)
+def _cli_json(args: list[str], capsys) -> list[dict]:
     capsys.readouterr()
-    assert main(["predict", "--predictor", str(folder), "--answers", str(sheet), "--no-db", "--json", "-"]) == 0
-    return {r["model"]: r for r in json.loads(capsys.readouterr().out)}
+    assert main([*args, "--json", "-"]) == 0
+    return json.loads(capsys.readouterr().out)
 
 
-def _probe_flagged(record: dict) -> bool:
-    return any(r.startswith("the probe's") for r in record["ood_reasons"])
-
-
-@needs_real_data
-def test_the_probe_catches_the_mmlu_frontier_the_anchors_miss(mmlu_frontier, tmp_path: Path, capsys) -> None:
-    folder, meta, answers, truth, _, _ = mmlu_frontier
-    probe = meta["extra"]["probe"]
-    anchors = {a["item_id"] for a in meta["anchors"]}
-    assert len(probe["item_ids"]) == PROBE_N and not anchors & set(probe["item_ids"])
-    only_anchors = _predict_json(folder, answers.filter(pl.col("item_id").is_in(list(anchors))),
-                                 tmp_path / "anchors.csv", capsys)
-    with_probe = _predict_json(folder, answers, tmp_path / "all.csv", capsys)
-
-    def figures(records: dict[str, dict]) -> tuple[float, float, float]:
-        err = np.array([r["predicted"] - truth[m] for m, r in records.items()])
-        silent = np.mean([not r["ood"] and not r["lower"] <= truth[m] <= r["upper"] for m, r in records.items()])
-        return float(np.abs(err).mean()), float(err.mean()), float(silent)
-
-    mae0, bias0, silent0 = figures(only_anchors)
-    mae1, bias1, silent1 = figures(with_probe)
-    assert bias0 < -0.06 and silent0 > 0.6, (mae0, bias0, silent0)  # the failure the probe is for
-    assert mae1 < mae0 - 0.025 and bias1 > bias0 + 0.025 and silent1 < 0.35, (mae1, bias1, silent1)
-    assert np.mean([_probe_flagged(r) for r in with_probe.values()]) > 0.5
-    # without the probe's answers nobody is flagged by it, and every model at the probe level whose anchors do
-    # not already leave its interval open upward is asked for them
-    for r in only_anchors.values():
-        assert not _probe_flagged(r)
-        asked = any("answer the probe's 40 items too" in w for w in r["warnings"])
-        assert asked == (r["predicted"] >= probe["level"] and not opens_upward(tuple(r["ood_reasons"]))), r
-    # a flagged model: halfway between, its interval from the anchors' lower side to the probe's upper one
-    for m, r in with_probe.items():
-        if _probe_flagged(r):
-            before = only_anchors[m]
-            est = 2 * r["predicted"] - before["predicted"]  # the probe's own estimate
-            reason = next(x for x in r["ood_reasons"] if x.startswith("the probe's"))
-            assert f"put it at {100 * est:.1f}, {100 * (est - before['predicted']):.1f} points above" in reason
-            assert est - before["predicted"] > probe["threshold"] and r["lower"] == before["lower"]
-            assert r["upper"] == pytest.approx(min(1.0, est + probe["halfwidth"])) or r["upper"] == 1.0
-    # compare takes the probe's answers the same way: the flagged model's estimate and reason come along
-    a = next(m for m, r in with_probe.items() if _probe_flagged(r))
-    b = next(m for m, r in with_probe.items() if not r["ood"])
-    c = compare(str(folder), answers.with_columns(pl.col("score").cast(pl.Float64)), a, b)
-    assert (c.predicted_a, c.predicted_b) == pytest.approx((with_probe[a]["predicted"], with_probe[b]["predicted"]))
-    assert any("the probe's 40 random items" in w for w in c.warnings)
-
-
-@needs_real_data
-def test_the_probe_leaves_the_models_it_was_fitted_on_alone(mmlu_frontier, tmp_path: Path, capsys) -> None:
-    """Ordinary models (the fitting side, answering every item): at most 5 % flagged by the probe, and
-    every one it does not flag predicted exactly as from its anchors alone."""
-    folder, meta, _, truth, responses, _ = mmlu_frontier
-    ordinary = responses.filter(~pl.col("model").is_in(list(truth))).rename({"correct": "score"})
-    anchors = [a["item_id"] for a in meta["anchors"]]
-    alone = _predict_json(folder, ordinary.filter(pl.col("item_id").is_in(anchors)), tmp_path / "a.csv", capsys)
-    checked = _predict_json(folder, ordinary, tmp_path / "b.csv", capsys)
-    flagged = [m for m, r in checked.items() if _probe_flagged(r)]
-    assert 0 < len(flagged) <= 0.05 * len(checked)
-    for m, r in checked.items():
-        if m not in flagged:
-            assert (r["predicted"], r["lower"], r["upper"]) == (alone[m]["predicted"], alone[m]["lower"],
-                                                                 alone[m]["upper"])
-
-
-@needs_real_data
-def test_fit_measures_the_probe_on_its_own_stronger_models_and_says_so(mmlu_frontier) -> None:
-    """``fit`` runs the frontier self-check twice: the anchors alone (as the pipeline gates) and with the
-    probe's answers, on the same stronger fitting models, and prints both side by side."""
-    _, meta, _, _, _, printed = mmlu_frontier
-    gated, probe = meta["extra"]["frontier"], meta["extra"]["probe"]
-    check = probe["selfcheck"]
-    alone = check["anchors_alone"]
-    assert check["measured"] and gated["measured"]
-    assert (check["n"], check["cut_score"], check["quantile"]) == (gated["n"], gated["cut_score"], gated["quantile"])
-    assert 0 < check["probe_flagged"] <= check["flagged"] and alone["flagged"] <= check["flagged"]
-    # the probe only flags, moves up and widens: it never un-flags a model or lowers a prediction
-    assert check["bias"] >= alone["bias"] and check["silent_misses"] <= alone["silent_misses"]
-    assert (f"probe: {PROBE_N} random items, asked of predictions >= {100 * probe['level']:.1f}") in printed
-    assert (f"frontier self-check with the probe's answers: on the {check['n']} stronger fitting models MAE "
-            f"{check['mae']:.2f} points, bias {check['bias']:+.2f}") in printed
-    assert (f"(from the anchors alone: MAE {alone['mae']:.2f}, bias {alone['bias']:+.2f}, coverage "
-            f"{alone['coverage']:.3f}, missed silently {100 * alone['silent_misses']:.1f} %)") in printed
-    assert "sparseeval export --predictor" in printed and "--format lm-eval --probe --out probe.json" in printed
-
-
-@needs_real_data
-def test_export_gives_the_probe_items_where_lm_eval_runs_them(mmlu_frontier, tmp_path: Path, capsys) -> None:
-    folder, meta, _, _, _, _ = mmlu_frontier
-    probe = meta["extra"]["probe"]
-    assert main(["export", "--predictor", str(folder), "--format", "csv", "--probe", "--out",
-                 str(tmp_path / "items.csv")]) == 0
-    table = pl.read_csv(tmp_path / "items.csv")
-    assert table.height == len(meta["anchors"]) + PROBE_N
-    rows = table.filter(pl.col("position").is_null())
-    assert rows["item_id"].to_list() == probe["item_ids"] and rows["task"].null_count() == 0
-    assert main(["export", "--predictor", str(folder), "--format", "lm-eval", "--probe", "--out",
-                 str(tmp_path / "samples.json")]) == 0
-    samples = json.loads((tmp_path / "samples.json").read_text())
-    assert sum(map(len, samples.values())) == len(meta["anchors"]) + PROBE_N
-    card_file = tmp_path / "card.md"
-    assert main(["export", "--predictor", str(folder), "--format", "model-card", "--out", str(card_file)]) == 0
-    card = card_file.read_text()
-    assert "## Probe" in card and f"answer the probe's {PROBE_N} random items" in card
-
-
-@needs_real_data
-def test_the_lm_eval_task_folder_runs_the_probe_and_its_estimate_is_predicts(mmlu_frontier, tmp_path: Path,
-                                                                               capsys) -> None:
-    """``export --format lm-eval-task --probe``: the leaves run the anchors and the probe's items (new
-    leaves for subjects only the probe has), and the estimate lm-eval prints, computed from a run's
-    answers as the task class keeps them, is ``predict``'s, probe flag included."""
-    folder, meta, answers, _, _, _ = mmlu_frontier
-    probe = meta["extra"]["probe"]
-    tasks = tmp_path / "tasks"
-    assert main(["export", "--predictor", str(folder), "--format", "lm-eval-task", "--probe", "--out",
-                 str(tasks)]) == 0
-    assert f"({len(meta['anchors'])} anchors and {PROBE_N} probe items of mmlu)" in capsys.readouterr().out
-    leaves = [yaml.safe_load(f.read_text().replace("!function", "")) for f in sorted(tasks.glob("*.yaml"))]
-    specs = [leaf["metadata"]["sparseeval"] for leaf in leaves if "class" in leaf]
-    run = sorted((s["base_task"], d) for s in specs for d in s["doc_ids"])
-    located = [(a["task"], a["doc_id"]) for a in meta["anchors"]] + [tuple(x) for x in probe["locations"]]
-    assert run == sorted(located)
-    assert sorted((s["base_task"], d) for s in specs for d in s["probe_doc_ids"]) == sorted(map(tuple,
-                                                                                               probe["locations"]))
-    pytest.importorskip("lm_eval")
-    from sparseeval.lm_eval_anchor_task import _predict
-
-    with_probe = _predict_json(folder, answers, tmp_path / "all.csv", capsys)
-    flagged = next(m for m, r in with_probe.items() if _probe_flagged(r))
-    where = {(a["task"], a["doc_id"]): a["item_id"] for a in meta["anchors"]} | {
-        tuple(loc): item for item, loc in zip(probe["item_ids"], probe["locations"], strict=True)}
-    mine = dict(answers.filter(pl.col("model") == flagged).select("item_id", "score").iter_rows())
-    registry = {s["base_task"]: {"task": s["base_task"], "predictor": str(tasks / s["predictor"]),
-                                 "hash": s["predictor_hash"],
-                                 "docs": {d: mine[where[(s["base_task"], d)]] for d in s["doc_ids"]}}
-                for s in specs}
-    # `predict` on that one run, as its user would: in a batch of many models a float32 product can round
-    # differently (1e-7 relative, with some BLAS kernels) from the same model's alone
-    row = _predict_json(folder, answers.filter(pl.col("model") == flagged), tmp_path / "one.csv", capsys)[flagged]
-    estimate = _predict(registry)["mmlu"]
-    assert (estimate["predicted"], estimate["lower"], estimate["upper"], estimate["ood"]) == pytest.approx(
-        (row["predicted"], row["lower"], row["upper"], 1.0), abs=1e-12)
-
-
-@needs_real_data
-def test_next_asks_for_the_probe_once_the_anchors_are_done_then_checks_it(mmlu_frontier, tmp_path: Path,
-                                                                            capsys) -> None:
-    """``next`` follows ``predict``: a model whose anchors put it at the probe level is not done when its
-    anchors are; the probe's items (all of them, with their lm-eval locations) come next. With their
-    answers it is done, flagged or not as ``predict`` says; a model below the level is done at once."""
-    folder, meta, answers, _, _, _ = mmlu_frontier
-    probe = meta["extra"]["probe"]
-    anchors = [a["item_id"] for a in meta["anchors"]]
-    with_probe = _predict_json(folder, answers, tmp_path / "all.csv", capsys)
-    sheet, plan, samples = tmp_path / "anchors.csv", tmp_path / "plan.json", tmp_path / "next.json"
-    answers.filter(pl.col("item_id").is_in(anchors)).write_csv(sheet)
-    assert main(["next", "--predictor", str(folder), "--answers", str(sheet), "--json", str(plan),
-                 "--samples", str(samples)]) == 0
-    steps = {s["model"]: s for s in json.loads(plan.read_text())}
-    asked = [m for m, s in steps.items() if not s["done"]]
-    assert asked and all(steps[m]["predicted"] >= probe["level"] for m in asked)
-    for m in asked:
-        assert [n["item_id"] for n in steps[m]["next"]] == probe["item_ids"]
-        assert all(n["probe"] and n["position"] is None for n in steps[m]["next"])
-        assert steps[m]["reason"].startswith("all anchors answered")
-        assert "; but predicted at the top of its calibration models" in steps[m]["reason"]
-    written = json.loads(samples.read_text())
-    assert sorted((t, d) for t, docs in written.items() for d in docs) == sorted(map(tuple, probe["locations"]))
-    below = [m for m, s in steps.items() if s["predicted"] < probe["level"]]
-    assert below and all(steps[m]["done"] and steps[m]["next"] == [] for m in below)
-    # with the probe's answers too: done, and flagged by the probe exactly where predict flags
+def _predict(folder: Path, answers: pl.DataFrame, sheet: Path, capsys) -> dict[str, dict]:
     answers.write_csv(sheet)
-    assert main(["next", "--predictor", str(folder), "--answers", str(sheet), "--json", str(plan)]) == 0
-    steps = {s["model"]: s for s in json.loads(plan.read_text())}
-    assert all(s["done"] for s in steps.values())
-    assert {m for m, s in steps.items() if "flagged: the probe's" in s["reason"]} == \
-        {m for m, r in with_probe.items() if _probe_flagged(r) and len(r["ood_reasons"]) == 1}
-    assert all(s["predicted"] == pytest.approx(with_probe[m]["predicted"]) for m, s in steps.items())
-
-
-def test_export_probe_refuses_a_predictor_without_one(tmp_path: Path, capsys) -> None:
-    toy = Path(__file__).parent / "fixtures" / "predictor_v1" / "toy-mlp"
-    out = tmp_path / "x.csv"
-    assert main(["export", "--predictor", str(toy), "--format", "csv", "--probe", "--out", str(out)]) == 2
-    assert "has no probe (fit it with `sparseeval fit --probe N`)" in capsys.readouterr().err
-    assert not out.exists()
-
-
-def test_the_probe_line_is_corrected_for_the_noise_of_a_few_items() -> None:
-    """Known truth: a model's score is its expected item mean; 40 drawn items add binomial noise. Least
-    squares flattens the line by the reliability (here about .6); the corrected slope is the true one."""
-    rng = np.random.default_rng(0)
-    score = rng.uniform(0.35, 0.65, 4000)
-    means = rng.binomial(PROBE_N, score) / PROBE_N
-    plain = np.polyfit(means, score, 1)[0]
-    intercept, slope = probe_line(means, score, PROBE_N)
-    assert plain < 0.75 and slope == pytest.approx(1.0, abs=0.06) and intercept == pytest.approx(0.0, abs=0.035)
-
-
-def test_the_probe_starts_at_the_chosen_quantile_of_the_calibration_predictions() -> None:
-    """``fit --probe-from Q``: the level is the Q quantile of the calibration models' predictions (stored
-    with Q), the threshold is taken among the models at or above it, and a level with too few models
-    above it is refused, naming the option."""
-    rng = np.random.default_rng(1)
-    score = rng.uniform(0.3, 0.8, 600)
-    means = rng.binomial(PROBE_N, score) / PROBE_N
-    pred = score + rng.normal(0, 0.02, 600)
-    fit_rows, cal = slice(0, 400), slice(400, 600)
-
-    def fitted(q: float) -> dict:
-        return fit_probe([f"i{j}" for j in range(PROBE_N)], means[fit_rows], score[fit_rows], means[cal], score[cal],
-                         pred[cal], alpha=0.1, locations=[(None, None)] * PROBE_N, level_quantile=q)
-
-    default, half = fitted(PROBE_FROM_QUANTILE), fitted(0.5)
-    assert default["level"] == pytest.approx(np.quantile(pred[cal], PROBE_FROM_QUANTILE))
-    assert half["level"] == pytest.approx(np.quantile(pred[cal], 0.5)) and half["level"] < default["level"]
-    assert (default["level_quantile"], half["level_quantile"]) == (PROBE_FROM_QUANTILE, 0.5)
-    assert half["n_calibration_probed"] == 100 and default["n_calibration_probed"] == 40
-    with pytest.raises(UsageError, match="a lower --probe-from"):
-        fitted(0.9)
-
-
-def test_the_draw_is_seeded_never_an_anchor_and_refuses_too_many() -> None:
-    anchors = np.array([0, 3, 5, 7])
-    a, b, c = (draw_probe_items(30, anchors, 10, seed) for seed in (1, 1, 2))
-    assert np.array_equal(a, b) and not np.array_equal(a, c)
-    assert not set(a) & set(anchors) and len(set(a)) == 10
-    with pytest.raises(UsageError, match="more than the 26 items"):
-        draw_probe_items(30, anchors, 27, 0)
-
-
-def _guarded(pred: list[float], reasons: list[tuple[str, ...]]) -> Guarded:
-    p = np.array(pred)
-    return Guarded(p, np.full(p.size, 0.02), p - 0.02, np.where([bool(r) for r in reasons], 1.0, p + 0.02),
-                   np.zeros(p.size), reasons)
-
-
-def test_predict_uses_the_probe_only_at_its_level_and_with_half_its_items_answered() -> None:
-    probe = {"item_ids": ["a", "b", "c", "d"], "line": [0.0, 1.0], "level": 0.6, "threshold": 0.05,
-             "halfwidth": 0.04, "threshold_quantile": 0.95}
-    g = _guarded([0.50, 0.65, 0.65, 0.65, 0.70], [(), (), (), (), (f"{STRONGER} x",)])
-    nan = np.nan
-    answers = np.array([[1, 1, 1, 1],       # below the level: left alone though the probe says 1.0
-                        [1, 1, 1, 1],       # at the level, the probe 35 points higher: flagged, predicted 1.0
-                        [1, 1, nan, nan],   # half answered: counts (mean 1.0)
-                        [1, nan, nan, nan],  # a quarter: not enough, asked for the probe instead
-                        [1, 1, 1, 1]])      # the anchors' interval already open upward: left alone
-    out, warns = apply_probe(probe, g, answers)
-    assert out.pred.tolist() == pytest.approx([0.50, 0.825, 0.825, 0.65, 0.70])
-    assert [len(r) for r in out.reasons] == [0, 1, 1, 0, 1] and out.reasons[4] == g.reasons[4]
-    assert out.lower[1] == pytest.approx(0.63) and out.upper[1] == 1.0 and out.lower[0] == pytest.approx(0.48)
-    assert [bool(w) for w in warns] == [False, False, False, True, False]
-    # the anchors already open upward (stronger than every training model): not asked, not changed
-    opened = apply_probe(probe, _guarded([0.65], [(f"{STRONGER} x",)]), np.array([[1.0, 1, 1, 0]]))[0]
-    assert opened.pred[0] == 0.65 and opened.upper[0] == 1.0 and len(opened.reasons[0]) == 1
-    narrow = apply_probe(probe, _guarded([0.65], [()]), np.array([[1.0, 1, 1, 0]]))[0]
-    assert narrow.upper[0] == pytest.approx(0.79) and narrow.halfwidth[0] == pytest.approx((0.79 - 0.63) / 2)
-    assert apply_probe(probe, g, None)[1] == [[], warns[3], warns[3], warns[3], []]
-
-
-def test_a_model_that_answered_fewer_anchors_needs_a_wider_disagreement_to_be_flagged() -> None:
-    """A prediction from a prefix of the anchors (``next``'s adaptive stop) disagrees with the probe more
-    than one from all of them; its threshold is its prefix length's, so ordinary models stopping early
-    are not flagged by noise (arc, random split: 7-13 % were with the full anchors' threshold)."""
-    probe = {"item_ids": ["a", "b", "c", "d"], "line": [0.0, 1.0], "level": 0.6, "threshold": 0.05,
-             "threshold_by_prefix": [0.30, 0.20, 0.10, 0.05], "halfwidth": 0.04, "threshold_quantile": 0.95}
-    g = _guarded([0.65, 0.65, 0.65], [(), (), ()])
-    answers = np.array([[1, 1, 0, 1]] * 3, dtype=float)  # the probe says 0.75: 10 points above
-    out, _ = apply_probe(probe, g, answers, np.array([4, 2, 1]))
-    assert [bool(r) for r in out.reasons] == [True, False, False]
-    assert "stay within 5.0" in out.reasons[0][0]
-    assert [bool(r) for r in apply_probe(probe, g, answers)[0].reasons] == [True, True, True]  # counts unknown
+    return {r["model"]: r for r in _cli_json(["predict", "--predictor", str(folder), "--answers", str(sheet),
+                                               "--no-db"], capsys)}
 
 
 @needs_real_data
-def test_the_probe_stores_a_threshold_per_prefix_never_below_the_full_one(mmlu_frontier) -> None:
-    _, meta, _, _, _, _ = mmlu_frontier
-    probe = meta["extra"]["probe"]
-    by_prefix = probe["threshold_by_prefix"]
-    assert len(by_prefix) == len(meta["anchors"]) and by_prefix[-1] == probe["threshold"]
-    assert min(by_prefix) >= probe["threshold"] and max(by_prefix) > probe["threshold"]
+@pytest.mark.slow
+def test_the_mmlu_frontier_is_estimated_by_its_probe_as_next_asks_and_predict_says_so(mmlu_frontier, tmp_path: Path,
+                                                                                     capsys) -> None:
+    folder, answers, _, truth, printed = mmlu_frontier
+    meta = json.loads((folder / "predictor.json").read_text())
+    plan = plan_of(meta["extra"])
+    assert plan is not None and not plan.link.whole and "probe: asked of predictions" in printed
+    anchors = [a["item_id"] for a in meta["anchors"]]
+    alone = _predict(folder, answers.filter(pl.col("item_id").is_in(anchors)), tmp_path / "a.csv", capsys)
+    asked = [m for m, r in alone.items() if r["probe_next"]]
+    assert len(asked) > 0.8 * len(alone)  # the anchors place most of the stronger models at the top
+    assert all(r["stage"] == "anchors" and any("its probe" in w for w in r["warnings"]) for m, r in alone.items()
+               if m in asked)
+    # next names each model's own first batch (its draw), the same items export --probe-for gives
+    sheet = tmp_path / "anchors.csv"
+    answers.filter(pl.col("item_id").is_in(anchors)).write_csv(sheet)
+    steps = {s["model"]: s for s in _cli_json(["next", "--predictor", str(folder), "--answers", str(sheet)], capsys)}
+    model = asked[0]
+    named = [n["item_id"] for n in steps[model]["next"]]
+    assert len(named) == plan.first_items and all(n["probe"] for n in steps[model]["next"])
+    exported = tmp_path / "probe.csv"
+    assert main(["export", "--predictor", str(folder), "--format", "csv", "--probe-for", model,
+                 "--out", str(exported)]) == 0
+    assert pl.read_csv(exported).filter(pl.col("position").is_null())["item_id"].to_list() == named
+    # each model answers what next names, until it names nothing more
+    given = answers.filter(pl.col("item_id").is_in(anchors))
+    for _ in range(10):
+        given.write_csv(sheet)
+        steps = _cli_json(["next", "--predictor", str(folder), "--answers", str(sheet)], capsys)
+        todo = pl.DataFrame([(s["model"], n["item_id"]) for s in steps for n in s["next"]],
+                            schema={"model": pl.String, "item_id": pl.String}, orient="row")
+        if todo.height == 0:
+            break
+        given = pl.concat([given, answers.join(todo, on=["model", "item_id"])])
+    else:
+        raise AssertionError("next never said done")
+    final = _predict(folder, given, tmp_path / "final.csv", capsys)
+    probed = [m for m, r in final.items() if r["stage"] == "probe"]
+    assert set(probed) == set(asked)
+    err = np.array([final[m]["predicted"] - truth[m] for m in final])
+    before = np.array([alone[m]["predicted"] - truth[m] for m in final])
+    inside = np.mean([final[m]["lower"] <= truth[m] <= final[m]["upper"] for m in probed])
+    assert np.mean(np.abs(err)) < 0.5 * np.mean(np.abs(before))  # 8.6 points from the anchors alone
+    assert abs(np.mean(err[[m in probed for m in final]])) < 0.02 and inside >= 0.85
+    r = final[probed[0]]
+    assert r["anchors_predicted"] == pytest.approx(alone[probed[0]]["predicted"])
+    assert any("estimated by design" in w for w in r["warnings"]) and r["probe_items"] >= plan.first_items
 
 
-def test_fit_refuses_a_probe_it_cannot_draw_before_fitting(tmp_path: Path, capsys,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A joint predictor has no probe, and a probe cannot take more items than the anchors leave: both
-    refused with the reason, nothing written; the same for the probe ``$SPARSEEVAL_PROBE_ITEMS`` asks."""
-    out = tmp_path / "p"
-    assert main(["fit", "--data", str(OPENLLM_DIR), "--method", "sparseeval-joint", "--benchmark", "arc,mmlu",
-                 "--probe", "10", "--out", str(out)]) == 2
-    assert "--probe is for single-benchmark predictors" in capsys.readouterr().err
-    assert main(["fit", "--data", str(OPENLLM_DIR), "--benchmark", "arc", "--probe-from", "0.5", "--out",
-                 str(out)]) == 2
-    assert "--probe-from sets where the probe starts: it needs --probe N" in capsys.readouterr().err
-    data = tmp_path / "toy"
-    data.mkdir()
-    models, items = [f"org/m{i}" for i in range(40)], [f"q{j}" for j in range(12)]
-    rng = np.random.default_rng(0)
-    pl.DataFrame({"model": np.repeat(models, len(items)), "benchmark": "toy", "item_id": items * len(models),
-                  "score": rng.integers(0, 2, len(models) * len(items)).astype(float)}).write_parquet(
-                      data / "responses.parquet")
-    assert main(["fit", "--data", str(data), "--benchmark", "toy", "-k", "8", "--probe", "5", "--out", str(out)]) == 2
-    assert "--probe 5: benchmark 'toy' has 12 items, 8 of them anchors; a probe can draw at most 4" in \
-        capsys.readouterr().err
-    assert not out.exists()
-    # $SPARSEEVAL_PROBE_ITEMS is fit's default --probe (as the refresh's), never a joint predictor's
-    monkeypatch.setenv("SPARSEEVAL_PROBE_ITEMS", "5")
-    assert main(["fit", "--data", str(data), "--benchmark", "toy", "-k", "8", "--out", str(out)]) == 2
-    assert "--probe 5: benchmark 'toy' has 12 items" in capsys.readouterr().err
-    assert main(["fit", "--data", str(OPENLLM_DIR), "--method", "sparseeval-joint", "--benchmark", "arc,nosuch",
-                 "--out", str(out)]) == 2
-    assert "no benchmark 'nosuch'" in capsys.readouterr().err and not out.exists()
+@needs_real_data
+@pytest.mark.slow
+def test_a_model_not_at_the_top_keeps_the_anchors_estimate_exactly(mmlu_frontier, tmp_path: Path, capsys) -> None:
+    folder, _, weaker, _, _ = mmlu_frontier
+    some = weaker.filter(pl.col("model").is_in(weaker["model"].unique().sort().head(300).implode()))
+    meta = json.loads((folder / "predictor.json").read_text())
+    anchors = [a["item_id"] for a in meta["anchors"]]
+    alone = _predict(folder, some.filter(pl.col("item_id").is_in(anchors)), tmp_path / "a.csv", capsys)
+    everything = _predict(folder, some, tmp_path / "b.csv", capsys)  # every item answered, probe ones too
+    ordinary = [m for m, r in alone.items() if not r["probe_next"]]
+    assert len(ordinary) > 100
+    for m in ordinary:
+        assert (everything[m]["predicted"], everything[m]["lower"], everything[m]["upper"], everything[m]["stage"]) \
+            == (alone[m]["predicted"], alone[m]["lower"], alone[m]["upper"], "anchors")
+
+
+@needs_real_data
+@pytest.mark.slow
+def test_compare_adds_two_probes_errors_in_quadrature(mmlu_frontier, tmp_path: Path, capsys) -> None:
+    folder, answers, _, truth, _ = mmlu_frontier
+    a, b = sorted(truth)[:2]
+    two = answers.filter(pl.col("model").is_in([a, b]))
+    rows = _predict(folder, two, tmp_path / "two.csv", capsys)
+    assert rows[a]["stage"] == rows[b]["stage"] == "probe"
+    [c] = _cli_json(["compare", "--predictor", str(folder), "--answers", str(tmp_path / "two.csv"), a, b], capsys)
+    half = np.hypot(*[(rows[m]["upper"] - rows[m]["lower"]) / 2 for m in (a, b)])
+    assert c["upper"] - c["lower"] == pytest.approx(2 * half)
+    assert c["diff"] == pytest.approx(rows[a]["predicted"] - rows[b]["predicted"]) and not c["open_sides"]
+
+
+def test_following_the_probe_stops_where_a_model_cannot_answer_what_it_is_asked() -> None:
+    """The self-check and the benches walk each stronger model through its probe; one with an anchor or a
+    probe item it has no answer to (a dropped cell) is asked for it forever unless the walk stops there."""
+    from sparseeval.fitting import ProbeSettings, fit_predictor
+    from sparseeval.predicting import answer_matrices, follow_probe
+
+    Y, _ = population(n_models=500, n_items=120, seed=3)
+    long = pl.DataFrame({"model": np.repeat([f"org{i % 9}/m{i}" for i in range(500)], 120), "benchmark": "toy",
+                         "item_id": np.tile([f"i{j}" for j in range(120)], 500), "score": Y.ravel()})
+    art = fit_predictor(long, None, "toy", 8, "sparseeval-linear", device="cpu", row_mean_is_score=True,
+                        probe=ProbeSettings(target=0.001, max_items=60))
+    plan = plan_of(art.extra)
+    assert plan is not None
+    best = [f"org{i % 9}/m{i}" for i in np.argsort(-Y.mean(axis=1))[:6]]
+    models, X, P = answer_matrices(art, long.filter(pl.col("model").is_in(best)))
+    P[1, draw_order(plan, models[1])[40:45]] = np.nan  # five dropped cells right after its first batch
+    X[2, 0] = np.nan  # a dropped anchor
+    preds = follow_probe(art, models, X, P)
+    assert [p.stage for p in preds] == ["probe", "probe", "anchors", "probe", "probe", "probe"]
+    assert preds[0].probe_items == 60 and preds[1].probe_items == 40  # the cap; the gaps stop it
+    # the walk answered its first batch; what it still lacks is the anchor, which it cannot answer
+    assert preds[2].probe_items == 0 and "answer its 1 remaining anchors" in " ".join(preds[2].warnings)

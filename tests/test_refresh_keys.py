@@ -52,10 +52,12 @@ ROWS: dict[str, tuple[Any, set[str]]] = {
     # when a comparison runs (many new models, else the weekly schedule), not what it computes
     "compare_new_share": (0.5, set()),
     "joint_benchmarks": ("arc,gsm8k", {JOINT}),
-    # a benchmark's predictor gets a probe (the joint predictor has none)
-    "probe_items": (40, {FIT}),
-    # where a probe starts: nothing without one (a probe and its level together: test below)
-    "probe_from": (0.5, set()),
+    # a benchmark's predictor's probe (the joint predictor has none): 0 turns it off, which changes the key
+    "probe_items": (0, {FIT}),
+    "probe_batch": (10, {FIT}),
+    "probe_max": (100, {FIT}),
+    "probe_target": (3.0, {FIT}),
+    "probe_from": (0.5, {FIT}),
     # the same fit on any device (the device only decides where it runs)
     "device": ("cpu", set()),
     # where the champion is published, not what is fitted or decided
@@ -97,10 +99,11 @@ def test_a_setting_changes_exactly_the_keys_it_affects(name: str) -> None:
     assert {key for key in base if base[key] != changed[key]} == ROWS[name][1]
 
 
-def test_where_the_probe_starts_changes_the_fit_key_only_with_a_probe() -> None:
-    with_probe = {**BASE, "probe_items": 40}
-    base, changed = _keys(SettingsResource(**with_probe)), _keys(SettingsResource(**with_probe, probe_from=0.5))
-    assert {key for key in base if base[key] != changed[key]} == {FIT}
+def test_how_the_probe_asks_changes_no_key_without_a_probe() -> None:
+    without = {**BASE, "probe_items": 0}
+    base, changed = _keys(SettingsResource(**without)), _keys(SettingsResource(**without, probe_from=0.5,
+                                                                               probe_target=3.0))
+    assert base == changed
 
 
 # --- through the real sensor, after a real refresh ---------------------------------------------------

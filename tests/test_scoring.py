@@ -17,8 +17,9 @@ import pytest
 from sparseeval.answers import read_answers
 from sparseeval.cli import main
 from sparseeval.export import write_export
+from sparseeval.fitting import fit_predictor
+from sparseeval.predicting import TooFewAnchorsError, compare, predict
 from sparseeval.readers.base import InputError
-from sparseeval.scoring import TooFewAnchorsError, compare, fit_predictor, predict
 from tests.support import needs_real_data
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm_v1"

@@ -243,7 +243,7 @@ def _signature_default(func: object, name: str) -> object:
 
 def test_library_cli_and_resources_take_the_declared_defaults() -> None:
     from pipelines.resources import SettingsResource
-    from sparseeval import budget, calibration, scoring, splits
+    from sparseeval import budget, calibration, fitting, splits
     from sparseeval.commands import evaluate
     from sparseeval.comparison import ComparisonSettings
     from sparseeval.evaluation import DEFAULT_METHODS, ProtocolConfig
@@ -261,7 +261,7 @@ def test_library_cli_and_resources_take_the_declared_defaults() -> None:
     assert DEFAULT_METHODS == settings.PROTOCOL_METHODS and len(DEFAULT_METHODS) == 9
     assert _signature_default(splits.make_split, "val_frac") == 0.1
     assert _signature_default(splits.make_split, "test_frac") == 0.2
-    assert _signature_default(scoring.fit_predictor, "calibration_frac") == 0.2 == scoring.VAL_FRAC * 2
+    assert _signature_default(fitting.fit_predictor, "calibration_frac") == 0.2 == fitting.VAL_FRAC * 2
     assert _signature_default(calibration.calibrate, "ood_percentile") == 99.0
     assert _signature_default(budget.comparison_plan, "ks") == (10, 20)
     assert _signature_default(budget.comparison_plan, "seeds") == (0, 1, 2)
@@ -300,18 +300,22 @@ def test_a_bad_value_is_refused_naming_the_variable_and_the_value(monkeypatch: p
             FitSettings.from_environment()
     monkeypatch.setenv("SPARSEEVAL_FRONTIER_QUANTILE", "0.8")
     assert FitSettings.from_environment().frontier_quantile == 0.8
-    # a probe of no items, or a level with no model on one side: refused here, not a note on every benchmark
-    for env, value, kind in (("SPARSEEVAL_PROBE_ITEMS", "0", "a whole number >= 1"),
-                             ("SPARSEEVAL_PROBE_ITEMS", "-3", "a whole number >= 1"),
+    # a negative probe, a level with no model on one side, a target in percent of percent, a bar of "15"
+    # meant as 15 %: refused here, not a note on every benchmark (or a check that never refuses)
+    for env, value, kind in (("SPARSEEVAL_PROBE_ITEMS", "-3", "a whole number >= 0"),
                              ("SPARSEEVAL_PROBE_FROM", "1.5", r"a number in \(0, 1\)"),
-                             ("SPARSEEVAL_PROBE_FROM", "0", r"a number in \(0, 1\)")):
+                             ("SPARSEEVAL_PROBE_FROM", "0", r"a number in \(0, 1\)"),
+                             ("SPARSEEVAL_PROBE_TARGET", "0", r"points in \(0, 50\]"),
+                             ("SPARSEEVAL_PROBE_BATCH", "0", "a whole number >= 1"),
+                             ("SPARSEEVAL_FRONTIER_SILENT_MAX", "15", r"a share in \[0, 1\]")):
         monkeypatch.setenv(env, value)
         with pytest.raises(settings.SettingError, match=rf"\${env} must be {kind}, got '{value}'"):
             FitSettings.from_environment()
         monkeypatch.delenv(env)
-    monkeypatch.setenv("SPARSEEVAL_PROBE_ITEMS", "40")
+    monkeypatch.setenv("SPARSEEVAL_PROBE_ITEMS", "0")  # 0: no probe
     monkeypatch.setenv("SPARSEEVAL_PROBE_FROM", "0.5")
-    assert (FitSettings.from_environment().probe_items, FitSettings.from_environment().probe_from) == (40, 0.5)
+    assert (FitSettings.from_environment().probe_items, FitSettings.from_environment().probe_from) == (0, 0.5)
+    assert FitSettings.from_environment().probe() is None
     monkeypatch.setenv("SPARSEEVAL_COMPARE_BUDGET_S", "0")
     assert budget_from_env() == math.inf
     monkeypatch.setenv("SPARSEEVAL_K", " 7 ")

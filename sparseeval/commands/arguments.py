@@ -37,6 +37,11 @@ def positive_int(text: str) -> int:
     return _checked(text, settings.positive_int, None, "a positive integer")
 
 
+def non_negative_int(text: str) -> int:
+    """A count that may be 0 (0: the thing it counts is off), as the settings bound one."""
+    return _checked(text, settings.non_negative_int, None, "an integer >= 0")
+
+
 def seed(text: str) -> int:
     """A seed: any integer from 0 (0 is a seed like any other), up to the 32 bits every RNG accepts."""
     return _checked(text, int, lambda v: 0 <= v < 2**32, "an integer seed in [0, 2**32)")

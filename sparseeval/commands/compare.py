@@ -21,7 +21,7 @@ from sparseeval.commands.predict import (
     read_all_answers,
 )
 from sparseeval.errors import UsageError
-from sparseeval.scoring import compare
+from sparseeval.predicting import compare
 
 DESCRIPTION = """\
 Is model A better than model B on this benchmark? A paired comparison from their anchor answers.

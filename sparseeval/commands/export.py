@@ -11,7 +11,7 @@ from sparseeval.artifact import PredictorArtifact
 from sparseeval.commands.arguments import positive_int
 from sparseeval.commands.predict import add_predictor_arguments, load_predictors
 from sparseeval.errors import UsageError
-from sparseeval.export import FORMATS, lm_eval_commands, write_export
+from sparseeval.export import FORMATS, lm_eval_commands, probe_items_for, write_export
 
 #: where the printed next steps tell lm-eval to write its run (a name that works as written)
 RUN_DIR = "sparseeval_run"
@@ -25,6 +25,8 @@ documents are exactly the anchors, under the prompt, few-shot and metric setting
 trained with (taken from lm-eval's own task config when lm-eval loads it). lm-eval then prints the
 predicted full-benchmark score, its 90% interval, the anchors' raw accuracy and the out-of-distribution
 flag in its own results table. The predictors are copied into the folder, so it is self-contained.
+With --probe-for MODEL the task also runs MODEL's probe (a random draw of its own): where the anchors
+place it at the top, the estimate, its interval and the stage (2: the probe's) come from the probe.
 
 --format lm-eval writes the JSON file lm-eval's --samples option takes ({{task: [doc ids]}}) and prints
 the lm_eval commands that run it; score the run with `sparseeval predict --answers {RUN_DIR}`.
@@ -44,10 +46,12 @@ def predictor_flags(artifacts: list[PredictorArtifact]) -> str:
     return " ".join(f"--predictor {shlex.quote(a.source or str(a.folder))}" for a in artifacts)
 
 
-def probed(artifacts: list[PredictorArtifact], probe: bool) -> str:
-    """What an export with ``--probe`` wrote beyond the anchors, for its message (after the write, which
-    refuses a predictor without a probe)."""
-    return f" and {sum(len(a.extra['probe']['item_ids']) for a in artifacts)} probe items" if probe else ""
+def probed(artifacts: list[PredictorArtifact], model: str | None, n: int | None) -> str:
+    """What an export with ``--probe-for`` wrote beyond the anchors, for its message (after the write, which
+    refuses a predictor without a probe plan)."""
+    if model is None:
+        return ""
+    return f" and {sum(len(probe_items_for(a, model, n)) for a in artifacts)} items of {model}'s probe"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,10 +76,11 @@ def run(args: argparse.Namespace) -> int:
         if args.first is not None:
             raise UsageError("--first applies to --format lm-eval and csv (an lm-eval task runs every anchor)")
 
-        written = write_task_folder(artifacts, args.out, include_paths=args.lm_eval_include, probe=args.probe)
+        written = write_task_folder(artifacts, args.out, include_paths=args.lm_eval_include, probe_for=args.probe_for,
+                                    probe_items=args.probe_items)
         benches = ", ".join(b for a in artifacts for b in a.benchmarks)
         print(f"wrote lm-eval task {written.name} ({sum(a.k for a in artifacts)} anchors"
-              f"{probed(artifacts, args.probe)} of {benches}) "
+              f"{probed(artifacts, args.probe_for, args.probe_items)} of {benches}) "
               f"to {args.out}")
         print("next: run the anchors with lm-eval (it prints the estimate), then, if you like, the same here:")
         folder = shlex.quote(str(args.out))
@@ -83,13 +88,17 @@ def run(args: argparse.Namespace) -> int:
               f"--tasks {written.name} --log_samples --output_path {RUN_DIR}")
         print(f"  sparseeval predict {predictor_flags(artifacts)} --answers {RUN_DIR}")
         return 0
-    out = write_export(artifacts, args.format, args.out, first=args.first, probe=args.probe)
+    if args.probe_items is not None and args.probe_for is None:
+        raise UsageError("--probe-items needs --probe-for MODEL (each model's probe is its own draw)")
+    out = write_export(artifacts, args.format, args.out, first=args.first, probe_for=args.probe_for,
+                       probe_items=args.probe_items)
     n = sum(a.k if args.first is None else min(a.k, args.first) for a in artifacts)
-    print(f"wrote {n} anchors{probed(artifacts, args.probe)} of {', '.join(a.benchmark for a in artifacts)} to {out}")
+    benches = ", ".join(a.benchmark for a in artifacts)
+    print(f"wrote {n} anchors{probed(artifacts, args.probe_for, args.probe_items)} of {benches} to {out}")
     if args.format == "lm-eval":
         print("next: run them under the predictors' training settings, then score the run:")
         for command in lm_eval_commands(artifacts, shlex.quote(str(out)), args.first, output_path=RUN_DIR,
-                                        probe=args.probe):
+                                        probe_for=args.probe_for, probe_items=args.probe_items):
             print(f"  {command}")
         print(f"  sparseeval predict {predictor_flags(artifacts)} --answers {RUN_DIR}")
     return 0
@@ -114,10 +123,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--first", type=positive_int, metavar="N",
                    help="only the first N anchors of each predictor's adaptive order (then `sparseeval next`); "
                         "lm-eval and csv formats")
-    p.add_argument("--probe", action="store_true",
-                   help="the predictors' probe items too (`fit --probe`), for a model predicted at the top of the "
-                        "calibration models (predict asks for them); lm-eval-task: every model runs them, and the "
-                        "estimate uses them where predict would")
+    p.add_argument("--probe-for", metavar="MODEL",
+                   help="also the items of MODEL's own probe (its first batch, or --probe-items): what a model the "
+                        "anchors place at the top runs next (`sparseeval next` names the same items); "
+                        "lm-eval-task: the task runs them and lm-eval prints the probe's estimate")
+    p.add_argument("--probe-items", type=positive_int, metavar="N",
+                   help="with --probe-for: the first N items of its probe (default: the plan's first batch; "
+                        "`sparseeval next` says when more are needed)")
     p.add_argument("--lm-eval-include", type=Path, action="append", default=[], metavar="DIR",
                    help="lm-eval-task: a folder of your own lm-eval task configs that defines the predictor's "
                         "tasks, when they are not lm-eval's built-in ones; repeatable")

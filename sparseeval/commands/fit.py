@@ -24,18 +24,21 @@ from sparseeval.commands.arguments import (
     check_k_below_items,
     device,
     existing_path,
+    non_negative,
+    non_negative_int,
     open_fraction,
     positive_int,
     seed,
 )
+from sparseeval.commands.export import RUN_DIR
 from sparseeval.errors import UsageError
+from sparseeval.fitting import ProbeSettings, fit_joint_predictor, fit_predictor
 from sparseeval.frontier import ceiling_note, selfcheck_lines
 from sparseeval.methods.joint import JOINT_METHOD
-from sparseeval.probe import probe_selfcheck_line
+from sparseeval.probe import ProbePlan, plan_of
 from sparseeval.progress import progress_bar
 from sparseeval.publishing import is_managed, published_path
 from sparseeval.readers.base import InputError
-from sparseeval.scoring import fit_joint_predictor, fit_predictor
 from sparseeval.sources import open_data
 
 DESCRIPTION = f"""\
@@ -88,19 +91,46 @@ def check_one_metric(benchmark: str, metrics: dict[str | None, int], data: Path)
                                "a predictor learns one score: keep the runs of one metric")
 
 
+def probe_settings(args: argparse.Namespace, joint: bool) -> ProbeSettings | None:
+    """The probe as the options set it, each unset option from its ``$SPARSEEVAL_PROBE_*`` variable (as the
+    refresh reads them); None for ``--probe 0`` and for a joint predictor (which has no probe)."""
+    given = [o for o in ("probe", "probe_from", "probe_batch", "probe_max", "probe_target")
+             if getattr(args, o) is not None]
+    if joint:
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} is for single-benchmark predictors; "
+                             f"--method {JOINT_METHOD} has no probe")
+        return None
+    env = ProbeSettings.from_environment()
+    first = args.probe if args.probe is not None else (env.first if env else 0)
+    if not first:
+        if given and given != ["probe"]:
+            raise UsageError(f"--{given[-1].replace('_', '-')} sets how the probe asks: it needs --probe N (N >= 1)")
+        return None
+    env = env or ProbeSettings()
+    return ProbeSettings(first=first, batch=args.probe_batch or env.batch, max_items=args.probe_max or env.max_items,
+                         target=env.target if args.probe_target is None else args.probe_target / 100,
+                         level_quantile=env.level_quantile if args.probe_from is None else args.probe_from)
+
+
+def probe_line(plan: ProbePlan) -> str:
+    """What ``fit`` says of the probe it fitted."""
+    link = ("its items are the whole benchmark" if plan.link.whole else
+            f"its items are a subset: a line maps their mean to the score (+-{100 * plan.link.residual:.1f} points "
+            "at the top of the calibration models)")
+    return (f"probe: asked of predictions >= {100 * plan.level:.1f} (the calibration models' top "
+            f"{100 * (1 - plan.level_quantile):g} %), {plan.first_items} items of each model's own draw from "
+            f"{len(plan.items)}, then {plan.batch} at a time while the sampling half-width is above "
+            f"{100 * plan.target:g} points, up to {plan.cap}; {link}")
+
+
 def run(args: argparse.Namespace) -> int:
     benches = list(dict.fromkeys(canonical_benchmark(b) for b in args.benchmark))
     joint = args.method == JOINT_METHOD
     if (len(benches) < 2) if joint else (len(benches) != 1):
         raise UsageError(f"--method {JOINT_METHOD} takes two benchmarks or more (--benchmark arc,mmlu); "
                          "every other method one")
-    if joint and args.probe is not None:
-        raise UsageError(f"--probe is for single-benchmark predictors; --method {JOINT_METHOD} has none")
-    # $SPARSEEVAL_PROBE_ITEMS / _FROM as the refresh reads them (never for a joint predictor, which has no probe)
-    probe = args.probe if args.probe is not None or joint else settings.SETTINGS["probe_items"].value()
-    if args.probe_from is not None and probe is None:
-        raise UsageError("--probe-from sets where the probe starts: it needs --probe N")
-    probe_from = settings.SETTINGS["probe_from"].value() if args.probe_from is None else args.probe_from
+    probe = probe_settings(args, joint)
     bench = JOINT_METHOD if joint else benches[0]
     out = args.out or published_path(args.registry or settings.predictor_dir(), bench)
     if is_managed(out):  # before the fit: refusing after minutes of work would waste them
@@ -129,16 +159,12 @@ def run(args: argparse.Namespace) -> int:
             responses, scores = data.long(bench)
             n_items = responses.lazy().select(pl.col("item_id").n_unique()).collect().item()
             check_k_below_items(args.k, n_items, bench, args.data)
-            if probe is not None and args.k + probe > n_items:
-                raise InputError(args.data, f"--probe {probe}: benchmark {bench!r} has {n_items} items, "
-                                            f"{args.k} of them anchors; a probe can draw at most {n_items - args.k}")
             artifact = fit_predictor(responses, scores, bench, args.k, args.method,
                                      calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
                                      alpha=args.alpha, models=data.models(),
                                      row_mean_is_score=args.row_mean_is_score,
                                      settings=training_settings(bench, data.settings(bench)),
-                                     frontier_quantile=args.frontier_quantile, probe_items=probe,
-                                     probe_from=probe_from)
+                                     frontier_quantile=args.frontier_quantile, probe=probe)
         tick(f"selected and calibrated {artifact.k} anchors")
         if args.data_licence:
             artifact.extra["data_licence"] = args.data_licence
@@ -152,13 +178,11 @@ def run(args: argparse.Namespace) -> int:
     for name, cal in (c["outputs"] if saved.is_joint else {bench: c}).items():
         print(f"  {name}: MAE {cal['calibration_mae_points']:.2f} points, {100 * (1 - c['alpha']):g}% interval "
               f"mean half-width {cal['mean_halfwidth_points']:.2f} points ({cal['mode']} scale)")
-    probe = saved.extra.get("probe")
-    if probe:
-        print(f"  probe: {len(probe['item_ids'])} random items, asked of predictions >= {100 * probe['level']:.1f} "
-              f"(the calibration models' top {100 * (1 - probe['level_quantile']):g} %); flags when it says higher by "
-              f"more than {100 * probe['threshold']:.1f} points; its interval +-{100 * probe['halfwidth']:.1f}")
-        if line := probe_selfcheck_line(probe.get("selfcheck")):
-            print(f"  {line}")
+    plan = plan_of(saved.extra)
+    if plan is not None:
+        print(f"  {probe_line(plan)}")
+    elif probe is not None:
+        print(f"  warning: {saved.extra.get('probe_note', 'fitted without a probe')}")
     note = ceiling_note(c.get("frontier"))
     if note:
         print(f"  warning: {note}")
@@ -167,10 +191,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"saved {out} ({saved.content_hash})")
     print("next: export its anchors as an lm-eval task (lm-eval then prints the estimate for a new model):")
     print(f"  sparseeval export --predictor {shlex.quote(str(out))} --format lm-eval-task --out sparseeval_tasks")
-    if probe:
-        print("and for a model predicted at the probe level, its items too (predict and next ask for them; "
-              "`--format lm-eval-task --probe` runs them for every model):")
-        print(f"  sparseeval export --predictor {shlex.quote(str(out))} --format lm-eval --probe --out probe.json")
+    if plan is not None:
+        print("a model its anchors place at the top then runs its own probe (`sparseeval next` names the items; "
+              "`--probe-for MODEL` exports them):")
+        print(f"  sparseeval next --predictor {shlex.quote(str(out))} --answers {RUN_DIR} --samples next.json")
     return 0
 
 
@@ -180,7 +204,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               epilog="environment variables (the options above override them):\n"
                                      + settings.describe("method", "k", "seed", "device", "alpha",
                                                          "frontier_quantile", "frontier_silent_max", "probe_items",
-                                                         "probe_from", "predictors",
+                                                         "probe_batch", "probe_max", "probe_target", "probe_from",
+                                                         "predictors",
                                                          "data_dir"))
     p.add_argument("--data", type=existing_path, required=True, metavar="PATH",
                    help="results in any supported format (every model is used for fitting or calibration)")
@@ -205,17 +230,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "figures print, go into the predictor (model card, predict's notes), and a warning says "
                         "when it misses more than SPARSEEVAL_FRONTIER_SILENT_MAX silently; 'off' skips it; "
                         + settings.overrides("frontier_quantile"))
-    p.add_argument("--probe", type=positive_int, default=None, metavar="N",
-                   help="also draw a probe of N random items beyond the anchors (e.g. 40): a model predicted at the "
-                        "top of the calibration models answers them too (`sparseeval export --probe`), and where "
-                        "they put it higher than its anchors do, by more than they disagree on the calibration "
-                        "models, predict flags it, predicts it halfway between and widens its interval to span both "
-                        "(anchors that saturate under-estimate stronger models; random items do not saturate); "
-                        "default none, " + settings.overrides("probe_items"))
+    p.add_argument("--probe", type=non_negative_int, default=None, metavar="N",
+                   help="the second stage: a model the anchors place at the top answers N random items of its own "
+                        "probe first (then batches of --probe-batch while its sampling half-width is above "
+                        "--probe-target, up to --probe-max), and its estimate and interval come from them by design; "
+                        "0: no probe; " + settings.overrides("probe_items"))
     p.add_argument("--probe-from", type=open_fraction, default=None, metavar="Q",
-                   help="with --probe: ask it of predictions at or above this quantile of the calibration models' "
-                        "predictions (lower catches more stronger models hidden among the ordinary ones and asks more "
-                        "models for the probe); " + settings.overrides("probe_from"))
+                   help="the probe is asked of predictions at or above this quantile of the calibration models' "
+                        "predictions (and of models flagged as possibly above the training range); "
+                        + settings.overrides("probe_from"))
+    p.add_argument("--probe-batch", type=positive_int, default=None, metavar="N",
+                   help="items per step after the first batch; " + settings.overrides("probe_batch"))
+    p.add_argument("--probe-max", type=positive_int, default=None, metavar="N",
+                   help="the most probe items asked of one model; " + settings.overrides("probe_max"))
+    p.add_argument("--probe-target", type=non_negative, default=None, metavar="W",
+                   help="more probe items while the sampling half-width is above W points; "
+                        + settings.overrides("probe_target"))
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "
                         "row mean as its score (never assumed: stored items are often a subset)")

@@ -27,17 +27,19 @@ from sparseeval.commands.output import to_stdout, write_records
 from sparseeval.errors import UsageError
 from sparseeval.frontier import own_cut_outputs, selfcheck_note, selfcheck_outputs
 from sparseeval.methods.joint import MEAN
+from sparseeval.predicting import Prediction, predict
 from sparseeval.publishing import published_path
-from sparseeval.scoring import Prediction, predict
 
 DESCRIPTION = """\
 Predict each model's full-benchmark score from its answers to a predictor's anchor items.
 
 The answers are an lm-eval output folder (run with --log_samples), a table with columns model,
 benchmark, item_id and score (or correct), or a two-column CSV item_id,correct for one model.
-Each row shows the predicted score in points, its 90% conformal interval, how many anchors the
-model answered, and warnings (answers unlike the training models', anchors missing, a score outside
-the training range). Answers run under other settings (few-shot count, metric) than the predictor
+Each row shows the predicted score in points, its 90% interval, how many anchors the model answered,
+the stage that gave the number, and warnings (answers unlike the training models', anchors missing, a
+score outside the training range). A model the anchors place at the top of their range is asked its own
+random probe (`sparseeval next` names the items): once it answered them, its estimate and interval come
+from the probe by design (stage "probe N": N items), not from the anchors. Answers run under other settings (few-shot count, metric) than the predictor
 was trained on are refused.
 
 Predictions are recorded in the store (the predictions_vs_truth view compares them with full scores
@@ -172,7 +174,7 @@ def predict_all(artifacts: list[PredictorArtifact], answers: pl.DataFrame, *,
 
 def prediction_record(p: Prediction) -> dict[str, Any]:
     """One result row, as the table, ``--json`` and ``--csv`` show it (scores in [0, 1]). Every field of
-    :class:`~sparseeval.scoring.Prediction` is here, so a field added there reaches every output."""
+    :class:`~sparseeval.predicting.Prediction` is here, so a field added there reaches every output."""
     return p.as_dict()
 
 
@@ -183,6 +185,8 @@ COLUMNS: list[tuple[str, int, Any]] = [
     ("predicted", 9, lambda r: f"{100 * r['predicted']:.1f}"),
     ("interval", 15, lambda r: f"[{100 * r['lower']:5.1f}, {100 * r['upper']:5.1f}]"),
     ("anchors", 8, lambda r: f"{r['n_anchors']}/{r['k']}"),
+    # which stage gave the number: the anchors, or the model's probe (with the items it used)
+    ("stage", 10, lambda r: f"probe {r['probe_items']}" if r["stage"] == "probe" else "anchors"),
 ]
 
 
@@ -221,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     preds = predict_all(artifacts, answers, force_settings=args.force_settings)
     if not to_stdout(args.json, args.csv):
         alpha = artifacts[0].calibration.get("alpha", 0.1)
-        print(f"predicted full-benchmark scores (points) with {100 * (1 - alpha):g}% conformal intervals")
+        print(f"predicted full-benchmark scores (points) with {100 * (1 - alpha):g}% intervals")
         print(format_table(preds))
     write_records([prediction_record(p) for p in preds], json_to=args.json, csv_to=args.csv)
     for art in artifacts:  # how far off this predictor was on stronger models, where a model may be one

@@ -50,7 +50,8 @@ examples:
 #: the settings a refresh reads from the environment (the --help table)
 SETTINGS = ("db", "data_dir", "predictors", "method", "k", "seed", "device", "alpha", "coverage_tolerance",
             "challenger_margin", "challenger_min_days", "frontier_silent_max", "frontier_quantile", "probe_items",
-            "probe_from", "joint_benchmarks", "compare_methods", "compare_ks", "compare_seeds", "compare_budget_s",
+            "probe_batch", "probe_max", "probe_target", "probe_from", "joint_benchmarks", "compare_methods",
+            "compare_ks", "compare_seeds", "compare_budget_s",
             "compare_new_share")
 
 
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         for check in result.checks:  # a refused frontier check: how to publish it knowingly
             if not check.passed and "to_publish_anyway" in check.metadata:
                 say(f"{bench}: {check.metadata['to_publish_anyway']}")
-        record["probe"] = probe_summary(result.figures)  # None without $SPARSEEVAL_PROBE_ITEMS
+        record["probe"] = probe_summary(result.figures)  # None without a probe ($SPARSEEVAL_PROBE_ITEMS=0)
         if record["probe"]:
             say(f"{bench}: probe: {record['probe']}")
         due = comparison_due(store, bench, compare, version=result.data_version or None)

@@ -220,11 +220,14 @@ class ResultWriters(Connections):
                    "predictions, never served or published by this store")
 
     def save_predictions(self, rows: Iterable[Mapping[str, Any]] | pl.DataFrame) -> int:
-        """Upsert predictions keyed by (model, benchmark, anchor_set_id)."""
+        """Upsert predictions keyed by (model, benchmark, anchor_set_id), with the stage that gave each number
+        (``anchors`` or ``probe``) and the probe items it used and still asks for."""
         cols = ("model", "benchmark", "anchor_set_id", "predicted", "lower", "upper", "n_anchors", "ood", "ood_reason",
-                "warnings")
+                "warnings", "stage", "probe_items", "probe_next", "anchors_predicted")
         records = rows.to_dicts() if isinstance(rows, pl.DataFrame) else [dict(r) for r in rows]
-        values = [[r.get(c) for c in cols[:7]] + [bool(r.get("ood") or False), _reason(r), _warnings(r), _now()]
+        values = [[r.get(c) for c in cols[:7]] + [bool(r.get("ood") or False), _reason(r), _warnings(r),
+                                                  r.get("stage") or "anchors", int(r.get("probe_items") or 0),
+                                                  int(r.get("probe_next") or 0), r.get("anchors_predicted"), _now()]
                   for r in records]
         bad = [v for v in values if v[3] is None or not 0.0 <= float(v[3]) <= 1.0]
         if bad:
