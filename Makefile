@@ -13,7 +13,7 @@ export SPARSEEVAL_DATA_DIR ?= $(CURDIR)/data
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: install run test test-fast lint predictors ui mlflow-ui serve serve-stop serve-status bench-serve clean \
-	bench-accuracy bench-speed bench-ingest bench-coverage bench-probe bench-frontier-oracle bench-refresh bench-simulate bench-ui bench-sql-start \
+	bench-accuracy bench-speed bench-ingest bench-coverage bench-second-stage bench-frontier-oracle bench-refresh bench-simulate bench-ui bench-sql-start \
 	bench-hub-refresh mutants bench-days settings-table
 
 $(VENV)/.installed: pyproject.toml
@@ -32,9 +32,11 @@ $(DAGSTER_HOME)/dagster.yaml: pipelines/dagster.yaml
 run: install $(DAGSTER_HOME)/dagster.yaml
 	$(PY) -m pipelines.run_all
 
+# --durations: the slowest tests' seconds in every run's output (.ci/run's included), where a test that
+# grew slow shows without a timed assertion
 test: install
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -n 2 --dist loadfile
+	$(VENV)/bin/pytest -n 2 --dist loadfile --durations=25
 
 test-fast: install
 	$(VENV)/bin/ruff check .
@@ -103,8 +105,9 @@ bench-ingest: install
 bench-coverage: install
 	$(PY) bench/coverage.py
 
-bench-probe: install
-	$(PY) bench/probe.py --seeds 0 1
+# the second stage (the design-based probe) against the anchors and its rivals, both protocols, v1 and v2 data
+bench-second-stage: install
+	$(PY) bench/second_stage.py --draws 10
 
 bench-frontier-oracle: install
 	$(PY) bench/frontier_oracle.py

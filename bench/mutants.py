@@ -15,13 +15,24 @@ no bytecode written, so the copy's code, not the editable install's, is what the
     python bench/mutants.py --only alias-not-moved --only fit-key-without-alpha
     python bench/mutants.py --list
 
-Exit status 1 when a mutant is not caught (or its tests ran past ``--timeout``), 2 when the tests
-fail on the unmutated tree.
+A mutant counts as **caught** only when a test fails on an assertion: an ``assert`` (or
+``pytest.fail``, a ``pytest.raises`` that saw nothing raised, NumPy's ``assert_*``) whose innermost
+frame inside the repository is a test's. A test that errors because the mutated code crashed (a
+``KeyError`` in the code under test, an ``assert`` inside the product) never reached the assertions
+that prove the behaviour, so the mutant is reported ``CRASHED``, not caught; pytest then goes on to
+the next test (it stops at the first assertion failure, as ``-x`` would). The line of the assertion
+that failed is printed under each caught mutant. The verdicts come from this file loaded into the
+tests' pytest as a plugin (:func:`pytest_runtest_makereport`), which writes one JSON line per failure
+to the file its option ``--mutant-verdicts`` names.
+
+Exit status 1 when a mutant is not caught (or only crashed, or its tests ran past ``--timeout``), 2
+when the tests fail on the unmutated tree.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -33,6 +44,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,11 +103,11 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/test_refresh_policy.py", "-k", "frontier_selfcheck")),
     Mutant("fit-skips-frontier-selfcheck", "sparseeval fit saves a predictor without the frontier self-check "
                                            "(nothing says it misses the stronger models silently)",
-           (("sparseeval/commands/fit.py", " " * 37 + "frontier_quantile=args.frontier_quantile, probe_items",
-             " " * 37 + "frontier_quantile=None, probe_items"),),
+           (("sparseeval/commands/fit.py", "frontier_quantile=args.frontier_quantile, probe=probe)",
+             "frontier_quantile=None, probe=probe)"),),
            ("tests/test_frontier.py", "-k", "warns_above_the_cut")),
     Mutant("failed-cut-warns-below", "predict warns below the score where the self-check failed instead of above it",
-           (("sparseeval/scoring.py", "guarded[c.scored_by].pred[i] > c.cut]",
+           (("sparseeval/predicting.py", "guarded[c.scored_by].pred[i] > c.cut]",
              "guarded[c.scored_by].pred[i] < c.cut]"),),
            ("tests/test_frontier.py", "-k", "warns_above_the_cut")),
     Mutant("missing-table-narrow-between-grid", "a missing-anchor count between two calibrated grid counts takes "
@@ -175,25 +187,25 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/refresh_policy.py", "joint_own_cut_selfcheck(data, fitting, k,",
              "joint_own_cut_selfcheck(data, np.arange(len(data.models)), k,"),),
            (JOINT_FRONTIER, "-k", "gates")),
-    Mutant("joint-mean-flags-not-carried", "predict flags a joint predictor's benchmark outputs on their own "
-                                           "only: a model stronger than every training model on the mean goes "
-                                           "unflagged on a benchmark whose own prediction stays in range",
-           (("sparseeval/scoring.py", "        guarded = carry_overall(guarded, MEAN)\n", "        pass\n"),),
+    Mutant("joint-mean-flags-not-carried", "predict (and next, through the same first stage) flags a joint "
+                                           "predictor's benchmark outputs on their own only: a model stronger than "
+                                           "every training model on the mean goes unflagged on a benchmark whose own "
+                                           "prediction stays in range",
+           (("sparseeval/predicting.py", "    return carry_overall(guarded, MEAN) if artifact.is_joint else guarded",
+             "    return guarded"),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-top-keeps-closed-side", "a benchmark output at the top of its own range keeps its conformal "
                                           "upper side where the mean says stronger than every training model",
            (("sparseeval/frontier.py", "        why = [own if opens_upward(own) else own",
              "        why = [own if direction(own) > 0 else own"),),
            (JOINT_FRONTIER, "-k", "carried")),
-    Mutant("next-joint-flags-not-carried", "next plans a joint predictor's benchmark output without its mean's "
-                                           "upward flags (stops early where predict says stronger)",
-           (("sparseeval/commands/next.py",
-             "g = (carry_overall(guarded, MEAN) if artifact.is_joint else guarded)[want]", "g = guarded[want]"),),
-           (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-note-never-said", "predict looks up a joint predictor's self-check under its own name, so no "
                                     "output's note is printed",
-           (("sparseeval/frontier.py", '    return frontier.get("outputs") or {name: frontier}',
-             "    return {name: frontier}"),),
+           # planted in predict's lookup alone: the same slip in frontier.selfcheck_outputs also reaches the
+           # refresh's gate, which then crashes on a KeyError before any note's assertion is reached
+           (("sparseeval/commands/predict.py",
+             "        for output, figures in selfcheck_outputs(frontier, art.benchmark).items():",
+             "        for output, figures in {art.benchmark: frontier}.items():"),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("lift-error-model-inverted", "the lift's error model fitted the wrong way round (score given the "
                                         "prediction instead of the prediction given the score)",
@@ -237,8 +249,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (POLICY, "-k", "gates_publication")),
     Mutant("frontier-quantile-not-passed", "SPARSEEVAL_FRONTIER_QUANTILE read but the self-check cut at 0.9 "
                                            "whatever it says",
-           (("sparseeval/refresh_policy.py", "s.probe_items, quantile=s.frontier_quantile, alpha=s.alpha,",
-             "s.probe_items, quantile=0.9, alpha=s.alpha,"),),
+           (("sparseeval/refresh_policy.py", "self.k, s.seed, probe, quantile=s.frontier_quantile, alpha=s.alpha,",
+             "self.k, s.seed, probe, quantile=0.9, alpha=s.alpha,"),),
            (POLICY, "-k", "gates_publication")),
     Mutant("selfcheck-note-counts-nothing", "predict's note on a flagged stronger model never shown (it counts the "
                                             "models flagged weaker)",
@@ -285,57 +297,90 @@ MUTANTS: tuple[Mutant, ...] = (
              'f"{text}: locked by another writer"'),),
            ("tests/test_cli_errors.py", "-k", "db and directory")),
     # the probe (fit --probe)
-    Mutant("probe-flags-below-level", "the probe replaces models below its level too (ordinary ones, by noise)",
-           (("sparseeval/probe.py", "        flagged = at_top & (est - g.pred > threshold)",
-             "        flagged = est - g.pred > threshold"),),
-           (PROBE,)),
-    Mutant("probe-prefix-threshold-ignored", "a model that answered a prefix of the anchors is held to the full "
-           "anchors' threshold (ordinary early stoppers flagged by noise)",
-           (("sparseeval/probe.py", "    threshold = probe_thresholds(probe, answered, n)",
-             "    threshold = probe_thresholds(probe, None, n)"),),
-           (PROBE,)),
-    Mutant("probe-line-not-corrected", "the probe's line left flattened by the noise of its few items",
-           (("sparseeval/probe.py", "    slope = slope / max(reliability, 0.5)\n", ""),),
-           (PROBE,)),
-    Mutant("probe-flag-keeps-anchor-estimate", "a model flagged by the probe keeps its anchors' low estimate",
-           (("sparseeval/probe.py", "pred=np.where(flagged, (g.pred + est) / 2, g.pred)", "pred=g.pred"),),
-           (PROBE,)),
-    Mutant("probe-overrides-open-interval", "the probe moves a model whose anchors already leave it open upward "
-           "(arc's frontier: MAE 1.4 -> 4.0)",
-           (("sparseeval/probe.py", '& ~np.array([opens_upward(r) for r in g.reasons], dtype=bool)', ''),),
-           (PROBE,)),
-    Mutant("probe-never-asked", "a model at the probe level without its answers gets no word to run it",
-           (("sparseeval/probe.py", "[probe_request(probe)] if at_top[i] and np.isnan(est[i]) else []", "[]"),),
-           (PROBE,)),
-    Mutant("lm-eval-task-drops-probe", "lm-eval's estimate ignores the probe's answers the exported task ran",
+    Mutant("probe-asks-everyone", "every model answers the probe and is estimated by it, ordinary ones too (the "
+           "anchors' better in-distribution estimate lost where they see well)",
+           (("sparseeval/predicting.py",
+             "    asked = routed(plan, g.pred, np.array([direction(r) > 0 for r in g.reasons], dtype=bool))",
+             "    asked = np.ones(len(models), dtype=bool)"),),
+           (PROBE, "-k", "keeps_the_anchors_estimate_exactly")),
+    Mutant("probe-upward-flags-not-asked", "a model the guard flags as possibly above the training range is not "
+           "asked the probe when its prediction is below the level",
+           (("sparseeval/probe.py", "    return (np.asarray(predicted) >= plan.level) | np.asarray(upward, dtype=bool)",
+             "    return np.asarray(predicted) >= plan.level"),),
+           (PROBE, "-k", "the_level_asks")),
+    Mutant("probe-level-by-share-only", "the probe's level set by share alone: a benchmark whose anchors cannot "
+           "tell the strongest from a cluster below them (mmlu) leaves those stronger models to the anchors",
+           (("sparseeval/probe_fit.py",
+             "    return max(min(by_share, catch), float(np.quantile(pred_cal, 1 - MOST_ASKED)))",
+             "    return by_share"),),
+           (PROBE, "-k", "the_level_asks")),
+    Mutant("probe-correction-dropped", "the probe's estimate is its control alone: the anchors' level dressed "
+           "as a design-based estimate (biased exactly where the anchors are)",
+           (("sparseeval/probe.py", "        mean_u += w * (p_hat[members].mean() + resid.mean())",
+             "        mean_u += w * p_hat[members].mean()"),),
+           (PROBE, "-k", "unbiased")),
+    Mutant("probe-control-ignores-anchors", "the control stays at the training pass rates whatever the anchors "
+           "said (still unbiased, but wider where the model is far from the training average)",
+           (("sparseeval/probe.py",
+             "    d = _shift(pool, float(plan.link.pool_mean(anchors_predicted, anchor_answers)))",
+             "    d = 0.0"),),
+           (PROBE, "-k", "unbiased")),
+    Mutant("probe-no-finite-population-correction", "the probe's variance ignores that it sampled part of a "
+           "finite pool (a model that answered every item still gets a sampling error)",
+           (("sparseeval/probe.py", "        var_u += w * w * (1 - taken.size / size) * s2 / taken.size",
+             "        var_u += w * w * s2 / taken.size"),),
+           (PROBE, "-k", "whole_pool")),
+    Mutant("probe-variance-floor-dropped", "a 0/1 probe whose first batch happens to agree gets a narrow interval "
+           "and stops early (sequential stopping on a lucky variance)",
+           (("sparseeval/probe.py", "        if plan.binary:\n", "        if False:\n"),),
+           (PROBE, "-k", "lucky")),
+    Mutant("probe-draw-shared-by-every-model", "one draw for every model (the lottery the issue measured: its bias "
+           "shared by all of them)",
+           (("sparseeval/probe.py", "        keys = [_key(plan.salt, model, plan.items[j]) for j in members]",
+             "        keys = [_key(plan.salt, '', plan.items[j]) for j in members]"),),
+           (PROBE, "-k", "own_stratified")),
+    Mutant("probe-draw-unstratified", "the draw takes the strata one after the other: a first batch of the "
+           "hardest items only",
+           (("sparseeval/probe.py",
+             "    out = [q[r] for r in range(max(map(len, queues))) for q in queues if r < len(q)]",
+             "    out = [j for q in queues for j in q]"),),
+           (PROBE, "-k", "own_stratified")),
+    Mutant("probe-gaps-unbounded", "answers after any number of gaps in a model's draw still count: a model "
+           "that left out its wrong answers looks stronger",
+           (("sparseeval/probe.py", "    ok = done & (gaps <= np.ceil(GAP_SHARE * length))", "    ok = done"),),
+           (PROBE, "-k", "out_of_the_draws_order")),
+    Mutant("lm-eval-task-drops-probe", "lm-eval's estimate ignores the probe items the exported task ran",
            (("sparseeval/lm_eval_anchor_task.py",
-             'items = exported_items(art, probe=bool(art.extra.get("probe")))',
-             "items = exported_items(art)"),),
-           (PROBE,)),
-    Mutant("probe-from-ignored", "`fit --probe-from Q` is accepted, but the probe still starts at the default quantile",
-           (("sparseeval/probe.py", "level = float(np.quantile(pred_cal, level_quantile))",
-             "level = float(np.quantile(pred_cal, PROBE_FROM_QUANTILE))"),),
-           (PROBE,)),
-    Mutant("next-done-before-probe", "`next` calls a model done when its anchors are, at the probe level too",
-           (("sparseeval/commands/next.py", "probe_due=due if probe else None", "probe_due=None"),),
-           (PROBE,)),
-    Mutant("refresh-drops-probe", "$SPARSEEVAL_PROBE_ITEMS is set, but the refresh publishes its predictors "
-           "without the probe",
-           (("sparseeval/refresh_probe.py", '    artifact.extra["probe"] = probe\n', ""),),
-           (PROBE_REFRESH,)),
+             "        items = exported_items(art) if plan is None else exported_items(art, probe_for=probe_for,",
+             "        items = exported_items(art) if True else exported_items(art, probe_for=probe_for,"),),
+           ("tests/test_lm_eval_probe.py",)),
+    Mutant("export-probe-another-draw", "`export --probe-for MODEL` writes a draw that is not the one next and "
+           "predict use for that model",
+           (("sparseeval/export.py", "draw_order(plan, model)[:count]", "draw_order(plan, model + ' ')[:count]"),),
+           (PROBE, "-k", "as_next_asks")),
+    Mutant("next-done-before-probe", "`next` calls a model at the top done when its anchors are (its probe never "
+           "named)",
+           (("sparseeval/commands/next.py", "probes=states if probe is not None else None", "probes=None"),),
+           (PROBE, "-k", "as_next_asks")),
+    Mutant("refresh-drops-probe", "the refresh publishes its predictors without the probe plan its self-check "
+           "was measured with",
+           (("sparseeval/fitting.py",
+             '        art.extra["probe"] = probe_plan(art, matrix, split, probe, seed=seed, alpha=alpha)',
+             "        probe_plan(art, matrix, split, probe, seed=seed, alpha=alpha)"),),
+           (PROBE_REFRESH, "-k", "publishes_mmlu")),
     Mutant("refresh-selfcheck-ignores-probe", "the refresh's frontier check is measured from the anchors alone "
            "although its predictors carry a probe",
-           (("sparseeval/refresh_probe.py", "    if items is None:\n        return alone()",
-             "    if True:\n        return alone()"),),
-           (PROBE_REFRESH,)),
+           (("sparseeval/refresh_probe.py", "device=device,\n                               probe=probe)",
+             "device=device,\n                               probe=None)"),),
+           (PROBE_REFRESH, "-k", "publishes_mmlu")),
     Mutant("probe-fallback-keeps-probe-figures", "a candidate whose probe could not be fitted is gated on the "
            "figures of a probe it does not carry",
-           (("sparseeval/refresh_probe.py", '    if "anchors_alone" not in figures:\n        return figures',
-             "    return figures"),),
-           (PROBE_REFRESH,)),
+           (("sparseeval/refresh_probe.py", '    return {**rest, **figures["anchors_alone"], "probe_note": why}',
+             '    return {**figures, "probe_note": why}'),),
+           (PROBE_REFRESH, "-k", "falls_back")),
     Mutant("raised-bar-hides-failed-cut", "a frontier bar raised to publish a failing predictor knowingly also "
            "drops predict's 'may be too low' warning above the cut it failed",
-           (("sparseeval/scoring.py", 'min(defaults.SETTINGS["frontier_silent_max"].value(), FRONTIER_SILENT_MAX)',
+           (("sparseeval/predicting.py", 'min(defaults.SETTINGS["frontier_silent_max"].value(), DEFAULT_SILENT_MAX)',
              'defaults.SETTINGS["frontier_silent_max"].value()'),),
            (f"{FRONTIER}::test_fit_runs_the_frontier_selfcheck_and_predict_warns_above_the_cut_it_failed",)),
     Mutant("refusal-without-override", "a candidate refused by its frontier check does not say how to publish it "
@@ -344,20 +389,40 @@ MUTANTS: tuple[Mutant, ...] = (
              'if silent else {}),\n', ""),),
            (PROBE_REFRESH,)),
     Mutant("store-newcomers-ignore-probe", "a champion with a probe scores the store's newcomers from their anchors "
-           "alone, though they ran the probe's items too",
-           (("sparseeval/publishing.py", "[*artifact.anchor_item_ids, *probe_items]", "artifact.anchor_item_ids"),),
-           (PROBE_REFRESH,)),
+           "alone, though they ran their probe's items too",
+           (("sparseeval/publishing.py", "[*artifact.anchor_item_ids, *(plan.items if plan else ())]",
+             "artifact.anchor_item_ids"),),
+           (PROBE_REFRESH, "-k", "newcomers")),
+    Mutant("prediction-stage-not-stored", "DuckDB's predictions keep a probe's number but say the anchors gave it",
+           (("sparseeval/store/results.py", 'r.get("stage") or "anchors"', '"anchors"'),),
+           (PROBE_REFRESH, "-k", "newcomers")),
+    Mutant("compare-probes-paired-as-anchors", "compare gives two probed models the anchors' paired interval, as "
+           "if their independent draws shared an error",
+           (("sparseeval/predicting.py", "    if STAGE_PROBE in (pa.stage, pb.stage):", "    if False:"),),
+           (PROBE, "-k", "quadrature")),
+    Mutant("probe-line-error-dropped", "a subset pool's interval leaves out its line's error (the part of the "
+           "estimate that is a model, not a design)",
+           (("sparseeval/probe.py", "    half = float(np.hypot(design, link.residual))", "    half = float(design)"),),
+           (PROBE, "-k", "subset_pool")),
     Mutant("prediction-warnings-not-stored", "DuckDB's predictions keep the number but drop what predict warns "
            "under it",
-           (("sparseeval/store/results.py", "_reason(r), _warnings(r), _now()", "_reason(r), None, _now()"),),
-           (PROBE_REFRESH,)),
+           (("sparseeval/store/results.py", "[bool(r.get(\"ood\") or False), _reason(r), _warnings(r),",
+             "[bool(r.get(\"ood\") or False), _reason(r), None,"),),
+           (PROBE_REFRESH, "-k", "newcomers")),
     Mutant("short-newcomer-stops-scoring", "one newcomer that ran too few anchors stops every newcomer of its "
            "benchmark from being scored (the publish step fails after publishing)",
-           (("sparseeval/publishing.py", "    from sparseeval.scoring import predict_scorable\n",
-             "    from sparseeval.scoring import predict\n"),
+           (("sparseeval/publishing.py", "    from sparseeval.predicting import predict_scorable\n",
+             "    from sparseeval.predicting import predict\n"),
             ("sparseeval/publishing.py", "predictions, skipped = predict_scorable(artifact, answers) if answers.height",
              "predictions, skipped = (predict(artifact, answers), {}) if answers.height")),
            ("tests/test_pipeline.py", "-k", "predictions_asset")),
+    Mutant("mlp-last-bias-dropped", "the NumPy forward pass (predict, and the light install's) drops the MLP's "
+                                    "last-layer bias (0 in some fits, up to 0.02 logit in published ones)",
+           (("sparseeval/methods/inference.py",
+             '        h = np.matmul(h, weights[f"weights.{i}"]) + weights[f"biases.{i}"]',
+             '        h = np.matmul(h, weights[f"weights.{i}"]) + '
+             '(weights[f"biases.{i}"] if i < n_layers - 1 else 0)'),),
+           ("tests/test_torch_free.py", "-k", "numpy_mlp or version_1")),
     # the served mode
     Mutant("port-probe-without-reuseaddr", "the free-port probe binds without SO_REUSEADDR (TIME_WAIT counts as used)",
            (("sparseeval/serve/bootstrap.py", "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n", ""),),
@@ -418,17 +483,104 @@ def applied(copy: Path, mutant: Mutant) -> Iterator[None]:
 
 
 def _env(copy: Path) -> dict[str, str]:
-    """The copy's code first on the path, no bytecode written (a mutated file is never read from a cache)."""
-    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    """The copy's code first on the path (and ``bench/``, so pytest can load this file as its plugin),
+    no bytecode written (a mutated file is never read from a cache)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy), str(copy / "bench")]),
+           "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
     return env
 
 
-def run_tests(copy: Path, args: tuple[str, ...] | list[str], timeout: float) -> tuple[int | None, float, str]:
-    """pytest in the copy: (exit status or None on timeout, seconds, the output's tail)."""
+# --- the plugin half: runs inside the mutant's pytest (``-p mutants``) --------------------------------
+
+def _failure(item: Any, call: Any) -> dict[str, Any]:
+    """What failed in one test phase: ``assertion`` when the exception is an assertion failure whose
+    innermost frame inside the repository is a test file's, ``crash`` otherwise; and that frame's
+    line (where the test stopped)."""
+    import pytest
+
+    root = Path(str(item.config.rootpath)).resolve()
+    excinfo = call.excinfo
+    inside = []
+    for entry in excinfo.traceback:
+        path = Path(str(entry.path)).resolve()
+        if path.is_relative_to(root) and ".venv" not in path.relative_to(root).parts:
+            inside.append((path.relative_to(root), entry))
+    where, line = "?", ""
+    if inside:
+        rel, entry = inside[-1]
+        where = f"{rel}:{entry.lineno + 1}"
+        try:
+            line = str(entry.statement).strip().splitlines()[0]
+        except Exception:  # the source is only printed: a frame without it still counts
+            line = ""
+    asserted = excinfo.errisinstance((AssertionError, pytest.fail.Exception))
+    by_a_test = bool(inside) and inside[-1][0].parts[0] == "tests"
+    message = str(excinfo.value).strip().splitlines()
+    return {"test": item.nodeid, "phase": call.when, "kind": "assertion" if asserted and by_a_test else "crash",
+            "exception": excinfo.typename, "where": where, "line": line,
+            "message": message[0][:200] if message else ""}
+
+
+def pytest_addoption(parser: Any) -> None:
+    parser.addoption("--mutant-verdicts", metavar="PATH", help="append one JSON line per failing test phase here")
+
+
+def pytest_runtest_makereport(item: Any, call: Any) -> None:
+    """Record every failing test phase in the ``--mutant-verdicts`` file, and stop the session at the
+    first assertion failure (the mutant is caught; a crash lets the next test try)."""
+    import pytest
+
+    out = item.config.getoption("mutant_verdicts")
+    if not out or call.excinfo is None or call.excinfo.errisinstance(pytest.skip.Exception):
+        return
+    if item.get_closest_marker("xfail"):
+        return
+    failure = _failure(item, call)
+    with open(out, "a") as f:
+        f.write(json.dumps(failure) + "\n")
+    if failure["kind"] == "assertion":
+        item.session.shouldfail = "a mutant caught by an assertion"  # what -x sets
+
+
+# --- the driver -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Outcome:
+    """One pytest run in the copy: its exit status (None on timeout), seconds, output tail and the
+    failures the plugin recorded."""
+
+    code: int | None
+    seconds: float
+    out: str
+    failures: tuple[dict[str, Any], ...]
+
+    @property
+    def caught_by(self) -> dict[str, Any] | None:
+        """The first failure on an assertion by a test, if any."""
+        return next((f for f in self.failures if f["kind"] == "assertion"), None)
+
+    @property
+    def verdict(self) -> str:
+        if self.code is None:
+            return "TIMEOUT"
+        if self.caught_by is not None:
+            return "caught"
+        if self.code == 0:
+            return "NOT CAUGHT"
+        if self.code == 1:
+            return "CRASHED"  # tests failed, none on an assertion: the code crashed before any was reached
+        return f"ERROR {self.code}"
+
+
+def run_tests(copy: Path, args: tuple[str, ...] | list[str], timeout: float) -> Outcome:
+    """pytest in the copy, with this file as its plugin; the run's :class:`Outcome`."""
     env = _env(copy)
+    verdicts = copy.parent / "verdicts.jsonl"
+    verdicts.unlink(missing_ok=True)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "mutants", f"--mutant-verdicts={verdicts}", "-q",
+                             "-p", "no:cacheprovider", *args],
                             cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
@@ -442,7 +594,8 @@ def run_tests(copy: Path, args: tuple[str, ...] | list[str], timeout: float) -> 
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
-    return code, time.perf_counter() - t0, out[-2000:]
+    failures = tuple(json.loads(line) for line in verdicts.read_text().splitlines()) if verdicts.is_file() else ()
+    return Outcome(code, time.perf_counter() - t0, out[-2000:], failures)
 
 
 def _imports_the_copy(copy: Path) -> None:
@@ -458,10 +611,10 @@ def baseline(copy: Path, mutants: list[Mutant], timeout: float) -> bool:
     proves nothing about a mutant. Prints each selection's outcome; True when all pass."""
     ok = True
     for tests in dict.fromkeys(m.tests for m in mutants):
-        code, seconds, out = run_tests(copy, tests, timeout)
-        print(f"baseline {' '.join(tests):<56} {'pass' if code == 0 else 'FAIL'} {seconds:6.1f} s", flush=True)
-        if code != 0:
-            print(out)
+        run = run_tests(copy, tests, timeout)
+        print(f"baseline {' '.join(tests):<56} {'pass' if run.code == 0 else 'FAIL'} {run.seconds:6.1f} s", flush=True)
+        if run.code != 0:
+            print(run.out)
             ok = False
     return ok
 
@@ -492,14 +645,16 @@ def main(argv: list[str] | None = None) -> int:
         missed = 0
         for m in chosen:
             with applied(copy, m):
-                code, seconds, out = run_tests(copy, m.tests, args.timeout)
-            result = {1: "caught", 0: "NOT CAUGHT", None: "TIMEOUT"}.get(code, f"ERROR {code}")
+                run = run_tests(copy, m.tests, args.timeout)
+            result = run.verdict
             missed += result != "caught"
-            by = next((line.removeprefix("FAILED ").split(" - ")[0] for line in out.splitlines()
-                       if line.startswith("FAILED ")), "")
-            print(f"{m.name:<36} {result:<12} {seconds:7.1f}  {by or ' '.join(m.tests)}", flush=True)
+            first = run.caught_by or (run.failures[0] if run.failures else None)
+            print(f"{m.name:<36} {result:<12} {run.seconds:7.1f}  {first['test'] if first else ' '.join(m.tests)}",
+                  flush=True)
+            if first is not None:  # the line the test stopped at: an assertion, or where the code crashed
+                print(f"{'':<36} {first['exception']} at {first['where']}: {first['line']}", flush=True)
             if result.startswith("ERROR"):
-                print(out)
+                print(run.out)
     print(f"\n{len(chosen) - missed} of {len(chosen)} mutants caught")
     return 1 if missed else 0
 

@@ -21,7 +21,7 @@ from sparseeval import settings as defaults
 from sparseeval.adaptive import adaptive_info
 from sparseeval.artifact import PredictorArtifact, build_anchors, harness_location
 from sparseeval.errors import UsageError
-from sparseeval.evaluation import MIN_FRONTIER_MODELS, fit_on_split, joint_frontier_selfcheck, joint_own_cut_selfcheck
+from sparseeval.evaluation import fit_on_split, joint_frontier_selfcheck, joint_own_cut_selfcheck, too_few_beyond
 from sparseeval.frontier import OWN_CUT
 from sparseeval.joint_fit import fit_joint, joint_calibration
 from sparseeval.matrix import ResponseMatrix, build_matrix
@@ -37,7 +37,7 @@ from sparseeval.predicting import (
 )
 from sparseeval.probe import KIND, plan_of
 from sparseeval.probe_fit import fit_plan
-from sparseeval.splits import Split, make_split
+from sparseeval.splits import Split, frontier_cut, make_split
 
 #: fraction of the fitting models the estimator may use for early stopping (never calibration)
 VAL_FRAC = defaults.DEFAULT_VAL_FRAC
@@ -180,13 +180,11 @@ def two_stage_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k
     than ``MIN_FRONTIER_MODELS`` stronger models only ``measured: False``, ``n`` and a ``note``; where the
     inner predictor could fit no probe, the anchors-alone figures with ``probe_note`` saying why."""
     sub = matrix.take_models(np.asarray(rows, dtype=np.int64))
+    cut, beyond = frontier_cut(sub.scores, quantile)
+    if (unmeasured := too_few_beyond(beyond, quantile, "")) is not None:
+        return unmeasured
     split = make_split(sub.models, policy="frontier", val_frac=0.0, seed=seed, scores=sub.scores,
                        frontier_quantile=quantile)
-    cut = float(np.quantile(sub.scores.astype(np.float64), quantile))
-    if split.test.size < MIN_FRONTIER_MODELS:
-        return {"measured": False, "n": int(split.test.size), "quantile": quantile,
-                "note": f"only {split.test.size} of {len(sub.models)} fitting models above the {quantile:g} quantile: "
-                        f"too few to measure (at least {MIN_FRONTIER_MODELS})"}
     inner, _ = fit_matrix(sub.take_models(split.train), k, method, calibration_frac=calibration_frac, seed=seed,
                           device=device, alpha=alpha, method_params=params, probe=probe)
     assert inner.estimator.anchors_ is not None
@@ -194,7 +192,8 @@ def two_stage_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k
     names, truth = [sub.models[i] for i in stronger], sub.scores[stronger].astype(np.float64)
     X = sub.with_nan_at(stronger, inner.estimator.anchors_)
     alone = prediction_figures(_predict_matrix(inner, names, X), truth)
-    out: dict[str, Any] = {"measured": True, "n_train": int(split.train.size), "quantile": quantile, "cut_score": cut,
+    out: dict[str, Any] = {"measured": True, "n_train": int(split.train.size), "quantile": quantile,
+                           "cut_score": float(cut),
                            "method": method, "k": k}
     plan = plan_of(inner.extra)
     if plan is None:

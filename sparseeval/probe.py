@@ -6,7 +6,7 @@ below them; docs/results/frontier.md, round 11). Items drawn *at random* from th
 the mean of a random sample is unbiased for the pool's mean whatever the model, and its sampling
 error is computed from the model's own answers. So a model the anchors place at the top of their range
 (:func:`routed`) answers a random probe, and its estimate and interval come from the probe
-(:func:`estimate`), not from exchangeability with the calibration models:
+(:func:`probe_state`), not from exchangeability with the calibration models:
 
 * **the draw** (:func:`draw_order`): the pool's items beyond the anchors, cut into :data:`STRATA`
   equal strata by their training pass rate, each stratum in a random order of its own, taken round
@@ -19,9 +19,10 @@ error is computed from the model's own answers. So a model the anchors place at 
   said; the control only lowers its variance;
 * **the interval**: the stratified residual variance with the finite-population correction, a
   Student t quantile, and four pseudo-answers per stratum so a probe answered all right still gets
-  a width; on a *subset* pool (the items are not the whole benchmark: the shared v1 data) a line
-  fitted on the training models maps the pool's mean to the score, and its residual on the
-  calibration models at the top widens the interval (that part is a model, not a design);
+  a width (on 0/1 items, never below the Bernoulli variance the control expects in the stratum: a lucky
+  first batch must not stop the probe early); on a *subset* pool (the items are not the whole
+  benchmark: the shared v1 data) a line fitted on the training models maps the pool's mean to the
+  score, and its error at the top widens the interval (that part is a model, not a design);
 * **as long as it needs to be**: the first :attr:`ProbePlan.first` items, then batches of
   :attr:`ProbePlan.batch` while the sampling half-width is above :attr:`ProbePlan.target`, up to
   :attr:`ProbePlan.max_items`.
@@ -109,6 +110,9 @@ class ProbePlan:
     t_quantiles: tuple[float, ...]
     salt: str
     n_calibration_probed: int = 0
+    #: every answer of the training models is 0 or 1: a stratum's variance is then at least the Bernoulli
+    #: variance the control expects there (a lucky sample must not stop the probe early with a narrow interval)
+    binary: bool = False
 
     @property
     def pool_size(self) -> int:
@@ -239,9 +243,9 @@ def control(plan: ProbePlan, anchors_predicted: float, anchor_answers: np.ndarra
 def answered_prefix(order: np.ndarray, answers: np.ndarray) -> tuple[int, int, int]:
     """(how far into its draw a model's answers reach, how many of those items it answered, answers to items
     beyond): the longest prefix of the draw, ending on an answered item, with at most :data:`GAP_SHARE` of
-    it unanswered (rounded up: one anywhere in the first 20). Why a few gaps: a harness run loses an item now and then, and a dropped cell of the
-    training data is not a chosen one; why so few: more is no longer the random sample the interval is
-    about (a model that left out its wrong answers would look stronger)."""
+    it unanswered (rounded up: one anywhere in the first 20). Why a few gaps: a harness run loses an item
+    now and then, and a dropped cell of the training data is not a chosen one; why so few: more is no longer
+    the random sample the interval is about (a model that left out its wrong answers would look stronger)."""
     done = ~np.isnan(answers[order])
     gaps = np.cumsum(~done)
     length = np.arange(1, done.size + 1)
@@ -273,6 +277,8 @@ def design_estimate(plan: ProbePlan, sample: np.ndarray, answers: np.ndarray, an
         mean_u += w * (p_hat[members].mean() + resid.mean())
         share = taken.size / n * PSEUDO
         s2 = (np.sum((resid - resid.mean()) ** 2) + share * 0.25) / max(taken.size - 1 + share, 1e-9)
+        if plan.binary:
+            s2 = max(s2, float(np.mean(p_hat[members] * (1 - p_hat[members]))))
         var_u += w * w * (1 - taken.size / size) * s2 / taken.size
     k = anchor_answers.size
     missing = np.isnan(anchor_answers)

@@ -174,4 +174,4 @@ def fit_plan(*, items: list[str], locations: list[tuple[str | None, int | None]]
         level_quantile=float(level_quantile), first=int(first), batch=int(batch), max_items=int(cap),
         target=float(target), alpha=float(alpha),
         t_quantiles=tuple(float(stats.t.ppf(1 - alpha / 2, df)) for df in range(1, cap + 1)), salt=salt,
-        n_calibration_probed=int(top.sum()))
+        n_calibration_probed=int(top.sum()), binary=bool(np.isin(values[observed], (0.0, 1.0)).all()))

@@ -14,24 +14,36 @@ request the sensors made, counted **before** the run-key de-duplication the
 daemon does: a benchmark whose data and settings did not change that day must not be asked for at
 all (a sensor that keeps asking for a decided refresh is hidden by the de-duplication otherwise).
 
-The days play, in a cycle of 20: new models every day except quiet days; a new benchmark; a corrected
+The days play, in a cycle of 12: new models every day except quiet days; a new benchmark; a corrected
 re-run of an old file; a bad file; a settings change; a benchmark turned into pure noise (its champion
 must stay) and one of pure noise from the start (never published); ``sparseeval ingest`` into the store
-between ticks; anchor-only newcomers; and, on six days, the refresh run in a subprocess killed
-(SIGKILL) at one publication step boundary each (:data:`sparseeval.publishing.FAILPOINTS`), then
-retried.
+between ticks; anchor-only newcomers; and, on one day, a refresh run in a process of its own killed
+(SIGKILL) at every publication step boundary in turn (:data:`sparseeval.publishing.FAILPOINTS`):
+killed at the first, retried and killed at the next, each retry starting from the state the last
+kill left, until the last retry runs to its end. Why one day of six kills rather than six days of one:
+a retry must then recover from a crash in the middle of recovering, and every kill costs one refresh,
+not a day of runs (``tests/test_lifecycle.py`` kills a publication at each boundary on its own).
 
-``python -m tests.simulation run-one CONFIG JOB [PARTITION]`` is the killed subprocess.
+Every day's report says which benchmarks published a new champion (:attr:`DayReport.published`), so
+a test can say which days must publish: a refit that is rejected for good from some day on (say, its
+coverage checked against a stale alpha) otherwise passes as "a decision recorded in DuckDB".
+
+A killed run is a process of its own, forked from a server that imported Dagster and the pipeline
+once (:func:`killable_runs`, multiprocessing's ``forkserver``), so six kills cost six refreshes, not
+six interpreter start-ups that import the world. ``python -m tests.simulation run-one CONFIG JOB
+[PARTITION]`` runs the same code from a shell.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import multiprocessing
+import multiprocessing.context
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -55,12 +67,14 @@ from sparseeval.tracking import registered_versions
 SENSORS = (new_results_sensor, stale_benchmarks_sensor, comparison_sensor, joint_sensor)
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 #: the cycle of special days (day % CYCLE); every other day brings new models
-CYCLE = 20
-NEW_BENCHMARK, RERUN, BAD_FILE, SETTINGS_CHANGE, NOISE_TURN, NOISE_NEW = 3, 5, 6, 8, 10, 11
-KILL_DAYS = {12 + i: point for i, point in enumerate(FAILPOINTS)}  # 12..17
-QUIET = {4, 9, 19}
-CLI_DAYS = {2, 7, 14}
-ANCHOR_ONLY = {13, 16}
+CYCLE = 12
+NEW_BENCHMARK, RERUN, BAD_FILE, SETTINGS_CHANGE, NOISE_TURN, NOISE_NEW = 3, 5, 6, 7, 8, 9
+#: the day the first refresh that publishes is killed at every publication step boundary in turn: a
+#: champion replaced (arc's, with an anchor-only newcomer to score after it), not a first publication
+KILL_DAY = 5
+QUIET = {4, 11}
+CLI_DAYS = {2, 9}
+ANCHOR_ONLY = {5, 10}
 BASE = ("arc", "gsm8k", "drift")
 
 
@@ -76,6 +90,9 @@ class DayReport:
     requests: int = 0
     #: (job, partition, outcome) of every run (:func:`run_outcome`)
     outcomes: list[tuple[str, str | None, str]] = field(default_factory=list)
+    #: the benchmarks (``sparseeval-joint`` for the joint predictor) whose champion publication finished
+    #: that day (DuckDB's ``publications``, step ``done``)
+    published: set[str] = field(default_factory=set)
 
 
 class Simulation:
@@ -105,9 +122,13 @@ class Simulation:
         self.cursors: dict[str, str | None] = {}
         self.used_keys: set[str] = set()
         self.history: dict[str, Any] = {}
-        #: publication step boundaries still to kill a run at (one per kill day, carried over when that
-        #: day's refresh published nothing to kill)
+        #: publication step boundaries still to kill a refresh at, in order (every one on the kill day;
+        #: those a refresh did not reach, because it published nothing, carried over to the next refresh)
         self.pending_kills: list[str] = []
+        #: (day, partition, boundary) of every kill
+        self.kill_log: list[tuple[int, str | None, str]] = []
+        #: publication ids of the champion publications finished so far
+        self.done_publications: set[int] = set()
         self.violation_counts: Counter[str] = Counter()
         #: the day's requests as the sensors made them (before de-duplication): (job, partition) -> count
         self.requests: Counter[tuple[str, str | None]] = Counter()
@@ -294,8 +315,8 @@ class Simulation:
 
     def _execute(self, defs: dg.Definitions, job: str, request: dg.RunRequest, day: int) -> None:
         tags = {**request.tags, "dagster/run_key": request.run_key or ""}
-        if self.pending_kills and job == "refresh":
-            ended = self._run_killed(job, request.partition_key, self.pending_kills[0])
+        while self.pending_kills and job == "refresh":  # killed at the next boundary, retried, until none is left
+            ended = self._run_killed(job, request.partition_key, self.pending_kills[0], day)
             if ended is None:
                 self.pending_kills.pop(0)
             else:  # it ran to its end without publishing anything: that was the run, and this its outcome
@@ -306,27 +327,30 @@ class Simulation:
             run_config=QUIET_LOGS)
         self.last_results.append((job, request.partition_key, run_outcome(result)))
 
-    def _run_killed(self, job: str, partition: str | None, point: str) -> str | None:
-        """The run in a subprocess that SIGKILLs itself at ``point``; its run is then marked failed (what
+    def _run_killed(self, job: str, partition: str | None, point: str, day: int) -> str | None:
+        """The run in a process of its own that SIGKILLs itself at ``point``; its run is then marked failed (what
         Dagster's run monitoring does with a dead run worker), None is returned and the caller retries
         it. When the run ended by itself (it published nothing, so it never reached ``point``): its
-        outcome (:func:`run_outcome`, written by the subprocess; asserted like any run's)."""
+        outcome (:func:`run_outcome`, written by that process; asserted like any run's)."""
         config = self.root / "config.json"
         config.write_text(json.dumps({"root": str(self.root), "settings": self.settings}))
-        env = {**os.environ, "SPARSEEVAL_FAILPOINT": point, "PYTHONPATH": str(Path(__file__).parents[1])}
-        proc = subprocess.run([sys.executable, "-m", "tests.simulation", "run-one", str(config), job,
-                               partition or ""], env=env, capture_output=True, text=True, timeout=600)
-        if proc.returncode != -signal.SIGKILL:
+        proc = killable_runs().Process(target=_run_one_at, args=(str(config), job, partition or "", point))
+        proc.start()
+        proc.join(600)
+        if proc.is_alive():
+            proc.kill()
+            raise RuntimeError(f"the run to be killed at {point} ran past 600 s")
+        if proc.exitcode != -signal.SIGKILL:
             outcome = self.root / "outcome.json"
-            if proc.returncode not in (0, 1) or not outcome.is_file():  # died otherwise: no outcome written
-                raise RuntimeError(f"the run to be killed at {point} died (exit {proc.returncode}): "
-                                   f"{proc.stderr[-3000:]}")
+            if proc.exitcode not in (0, 1) or not outcome.is_file():  # died otherwise: no outcome written
+                raise RuntimeError(f"the run to be killed at {point} died (exit {proc.exitcode}; its stderr is "
+                                   "the test's)")
             ended = json.loads(outcome.read_text())["outcome"]
             outcome.unlink()
             return ended
         for record in self.instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
             self.instance.report_run_failed(record.dagster_run)
-        self.kill_log.append(point)
+        self.kill_log.append((day, partition, point))
         return None
 
     # --- invariants ------------------------------------------------------------------------------------
@@ -468,16 +492,23 @@ class Simulation:
 
     # --- the whole run -----------------------------------------------------------------------------
 
+    def published_today(self) -> set[str]:
+        """The benchmarks whose champion publication finished since the last call."""
+        rows = self.store.query("SELECT publication_id, benchmark FROM publications WHERE step = 'done' "
+                                "AND alias = 'champion'").rows()
+        new = {bench for pid, bench in rows if pid not in self.done_publications}
+        self.done_publications |= {pid for pid, _ in rows}
+        return new
+
     def play(self, days: int, *, log: Any = print) -> list[DayReport]:
         reports = []
-        self.kill_log: list[str] = []
         versions: dict[str, int] = {}
         for day in range(days):
             t0 = time.perf_counter()
             self.last_results: list[tuple[str, str | None, str]] = []
             self.requests.clear()
-            if self.kills and day % CYCLE in KILL_DAYS:
-                self.pending_kills.append(KILL_DAYS[day % CYCLE])
+            if self.kills and day % CYCLE == KILL_DAY:
+                self.pending_kills.extend(FAILPOINTS)
             data_before, settings_before = self.store.data_versions() if day else {}, dict(self.settings)
             events = self.arrive(day)
             runs = self.tick(day)
@@ -491,10 +522,10 @@ class Simulation:
             for problem in problems:
                 self.violation_counts[problem.split(":", 1)[0]] += 1
             report = DayReport(day, events, runs, new_versions, time.perf_counter() - t0, problems,
-                               sum(self.requests.values()), list(self.last_results))
+                               sum(self.requests.values()), list(self.last_results), self.published_today())
             reports.append(report)
             log(f"day {day:3d} {report.seconds:5.1f} s  runs {runs:2d}  new versions {new_versions:2d}  "
-                f"violations {len(problems)}  {'; '.join(events)}")
+                f"violations {len(problems)}  {'; '.join(events)}; published {sorted(report.published) or 'none'}")
             for problem in problems:
                 log(f"          ! {problem}")
         return reports
@@ -514,8 +545,27 @@ def run_outcome(result: dg.ExecuteInProcessResult) -> str:
     return "rejected" if checks_failed or errors else "succeeded"
 
 
+@functools.cache
+def killable_runs() -> multiprocessing.context.ForkServerContext:
+    """Where killed runs start: multiprocessing's fork server, which imports Dagster, the pipeline's
+    definitions and this module once, then forks a fresh process per run (which then SIGKILLs itself at
+    its failpoint). Why not a plain subprocess: each would spend seconds importing the same modules, the
+    larger part of a killed run. Why not ``fork`` from this process: it holds DuckDB, SQLite and torch
+    thread state that a child must not inherit; the server has run no code but imports."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["tests.simulation", "pipelines.definitions"])
+    return context
+
+
+def _run_one_at(config_path: str, job: str, partition: str, point: str) -> None:
+    """A killed run's process (:func:`killable_runs`): :func:`_run_one` with ``point`` as its failpoint;
+    exits 0 or 1 when it ran to its end without reaching ``point``."""
+    os.environ["SPARSEEVAL_FAILPOINT"] = point
+    sys.exit(_run_one(config_path, job, partition))
+
+
 def _run_one(config_path: str, job: str, partition: str) -> int:
-    """The subprocess of a killed run: the same instance and stores, one job (it SIGKILLs itself)."""
+    """A killed run: the same instance and stores, one job (it SIGKILLs itself at its failpoint)."""
     config = json.loads(Path(config_path).read_text())
     sim = Simulation.__new__(Simulation)
     sim.root = Path(config["root"])
@@ -551,7 +601,8 @@ def main(argv: list[str] | None = None) -> int:
     reports = sim.play(args.days)
     total = sum(len(r.violations) for r in reports)
     print(f"\n{args.days} days in {time.perf_counter() - t0:.0f} s: {sum(r.runs for r in reports)} runs, "
-          f"{sum(r.new_versions for r in reports)} registry versions, kills at {', '.join(sim.kill_log) or 'none'}; "
+          f"{sum(r.new_versions for r in reports)} registry versions, kills at "
+          f"{', '.join(f'{p} (day {d}, {b})' for d, b, p in sim.kill_log) or 'none'}; "
           f"violations: {total} {dict(sim.violation_counts)}")
     return 0 if total == 0 else 1
 

@@ -17,8 +17,9 @@ from sparseeval.answers import read_answers
 from sparseeval.artifact import ArtifactError, harness_location, load_predictor
 from sparseeval.cli import main
 from sparseeval.export import anchor_table, lm_eval_samples, write_export
+from sparseeval.fitting import fit_predictor
+from sparseeval.predicting import TooFewAnchorsError, predict
 from sparseeval.readers.base import InputError
-from sparseeval.scoring import TooFewAnchorsError, fit_predictor, predict
 
 #: the method the scoring tests publish (fast and deterministic)
 METHOD = "sparseeval-linear"
@@ -220,7 +221,8 @@ def test_cli_fit_export_predict_compare(tmp_path: Path, capsys) -> None:
     rows = json.loads((tmp_path / "p.json").read_text())
     assert [r["model"] for r in rows] == ["org1/m1", "org2/m2"]
     assert set(rows[0]) == {"model", "benchmark", "predicted", "lower", "upper", "n_anchors", "k", "ood", "ood_score",
-                            "ood_reasons", "warnings"}
+                            "ood_reasons", "warnings", "stage", "probe_items", "probe_next", "anchors_predicted",
+                            "design_halfwidth"}
     assert all(r["lower"] <= r["predicted"] <= r["upper"] and r["n_anchors"] == 8 for r in rows)
     assert main(["compare", "--benchmark", "toy", "--registry", str(reg), "--answers", str(answers)]) == 0
     assert "paired interval" in capsys.readouterr().out

@@ -5,7 +5,9 @@ environment, the shipped ``pipelines/dagster.yaml``) at a small size; then the d
 sensor interval: on unchanged data it launches nothing (asserted only once the daemon has recorded
 ticks of every sensor, each skipped as up to date: a daemon that never evaluated a sensor launches
 nothing too); after a new result file it runs one ingest, then the refresh of exactly the benchmark
-that changed (its comparison deferred to the weekly schedule: few of its models are new).
+that changed (its comparison deferred to the weekly schedule: few of its models are new), and nothing
+else (asserted once every sensor has recorded two more finished ticks after the refresh ended, not
+after a sleep: a slow machine's sleep proves nothing, a fast one's wastes time).
 """
 
 import os
@@ -51,6 +53,24 @@ def _ticks(instance: dg.DagsterInstance) -> dict[str, list]:
             for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)}
 
 
+def _await_ticks(instance: dg.DagsterInstance, daemon: subprocess.Popen, *, after: float, n: int,
+                 timeout: float) -> dict[str, list]:
+    """Poll until the daemon has recorded ``n`` finished ticks (not ``STARTED``: a tick in progress may
+    still launch a run) of every sensor of :data:`SENSORS` that began after ``after`` (a Unix time); those
+    ticks, by sensor. Fails when the daemon dies or ``timeout`` seconds pass."""
+    from dagster._core.scheduler.instigation import TickStatus
+
+    deadline = time.monotonic() + timeout
+    while True:
+        ticks = {name: [t for t in found if t.status != TickStatus.STARTED and t.timestamp > after]
+                 for name, found in _ticks(instance).items() if name in SENSORS}
+        if all(len(ticks.get(name, [])) >= n for name in SENSORS):
+            return ticks
+        assert daemon.poll() is None, "the daemon died"
+        assert time.monotonic() < deadline, f"not {n} ticks of every sensor after {after} in {timeout} s: {ticks}"
+        time.sleep(0.5)
+
+
 def _wait(instance: dg.DagsterInstance, done, timeout: float, daemon: subprocess.Popen) -> list[dg.DagsterRun]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -86,12 +106,7 @@ def test_daemon_after_make_run_launches_nothing_then_refreshes_only_what_a_new_f
         # every sensor evaluated twice on unchanged data (recorded ticks, not a sleep), each skipped: no run
         from dagster._core.scheduler.instigation import TickStatus
 
-        deadline = time.monotonic() + 180
-        while not all(len([t for t in _ticks(instance).get(name, []) if t.status != TickStatus.STARTED]) >= 2
-                      for name in SENSORS):
-            assert daemon.poll() is None, "the daemon died"
-            assert time.monotonic() < deadline, f"no two ticks of every sensor in 180 s: {_ticks(instance)}"
-            time.sleep(1.0)
+        _await_ticks(instance, daemon, after=0.0, n=2, timeout=180)
         ticks = _ticks(instance)
         assert {name: {t.status for t in ticks[name]} for name in SENSORS} == {name: {TickStatus.SKIPPED}
                                                                                for name in SENSORS}
@@ -112,7 +127,11 @@ def test_daemon_after_make_run_launches_nothing_then_refreshes_only_what_a_new_f
             return any(r.job_name == "refresh" and r.status in finished for r in runs[: len(runs) - before])
 
         _wait(instance, refreshed, 300, daemon)
-        time.sleep(6)  # three more sensor intervals: nothing else follows
+        # nothing else follows: every sensor evaluated twice more after the refresh ended (recorded ticks;
+        # a tick that launches a run has launched it by the time it is recorded as finished), no new run
+        records = instance.get_run_records()
+        ended = max(r.end_time or 0.0 for r in records[: len(records) - before])
+        _await_ticks(instance, daemon, after=ended, n=2, timeout=120)
         new = _runs(instance)[: len(_runs(instance)) - before]
         assert sorted((r.job_name, r.tags.get("dagster/partition")) for r in new) == [("ingest", None),
                                                                                       ("refresh", "arc")]

@@ -90,6 +90,9 @@ def test_published_folders_are_named_by_the_encoding(tmp_path: Path) -> None:
     for name in PIPELINE_NAMES:
         folder, saved = save_version(artifact, predictors, name)
         swap_published(predictors, name, folder)
+        # checked name by name, before the next one: a raw name's folder fails here on an assertion, not
+        # later on a crash of the next name's publication (``a/b`` under a folder that does not exist)
+        assert (predictors / slug(name)).is_symlink(), f"{name!r} is not published as {slug(name)!r}"
         assert published_hash(predictors, name) == saved.content_hash, name
     assert [p.name for p in tmp_path.iterdir()] == ["data"]
     for path in _files(root):

@@ -126,6 +126,27 @@ def test_answering_the_whole_pool_gives_the_exact_score_and_an_all_right_probe_s
     assert part.upper - part.lower > 0.02  # 40 right of 40 does not prove 100 %: the pseudo-answers
 
 
+def test_a_lucky_sample_of_zero_one_items_is_no_narrower_than_the_control_expects() -> None:
+    """On 0/1 items each stratum's variance is at least the Bernoulli variance the control expects there: a
+    first batch that happens to agree (all right where the control says half) must not stop the probe early
+    with a narrow interval (sequential stopping on a lucky variance is how its coverage would fall)."""
+    Y, _ = population(n_items=600)
+    plan = plan_for(Y)
+    assert plan.binary
+    order = draw_order(plan, "m")[:40]
+    ones = np.ones(len(plan.items))
+    from sparseeval.probe import control
+
+    p_hat = control(plan, 0.5, np.ones(10))
+    strata = np.asarray(plan.strata)
+    floor = sum((np.mean(strata == h)) ** 2 * (1 - 10 / (strata == h).sum())
+                * np.mean(p_hat[strata == h] * (1 - p_hat[strata == h])) / 10 for h in range(4))
+    m, n_all = len(plan.items), len(plan.items) + 10
+    least = plan.t_quantiles[40 - 4 - 1] * m / n_all * np.sqrt(floor)
+    assert design_estimate(plan, order, ones, np.ones(10), 0.5).design_halfwidth >= least - 1e-12
+    assert design_estimate(replace(plan, binary=False), order, ones, np.ones(10), 0.5).design_halfwidth < least
+
+
 def test_the_probe_asks_a_first_batch_then_batches_while_too_wide_up_to_its_cap() -> None:
     Y, _ = population(n_items=600)
     model = Y[380].astype(np.float64)
@@ -187,8 +208,18 @@ def test_a_subset_pool_goes_through_a_line_whose_error_is_in_the_interval() -> N
         fit_link(Y[:300], ones, -full_score[:300], cal_values=Y[300:], cal_observed=ones[:100],
                  cal_scores=-full_score[300:], cal_top=np.ones(100, bool), alpha=0.1)
     plan = plan_for(Y, scores=full_score)
-    e = design_estimate(plan, draw_order(plan, "m")[:40], Y[350, 10:].astype(np.float64), Y[350, :10], 0.5)
-    assert e.link_halfwidth == plan.link.residual and (e.upper - e.lower) / 2 >= e.link_halfwidth
+    mid = 300 + int(np.argmin(np.abs(full_score[300:] - 0.5)))  # a calibration model near the middle
+    e = design_estimate(plan, draw_order(plan, "m")[:40], Y[mid, 10:].astype(np.float64), Y[mid, :10], 0.5)
+    assert e.link_halfwidth == plan.link.residual > 0 and 0 < e.lower < e.upper < 1
+    # the design's half-width and the line's add in quadrature (independent errors)
+    assert (e.upper - e.lower) / 2 == pytest.approx(np.hypot(e.design_halfwidth, e.link_halfwidth))
+    # the benches' variant: the score's rest (score - slope x items' mean) told by the anchors
+    head = fit_link(Y[:300], ones, full_score[:300], cal_values=Y[300:], cal_observed=ones[:100],
+                    cal_scores=full_score[300:], cal_top=np.ones(100, bool), alpha=0.1, anchor_columns=np.arange(10))
+    assert len(head.weights) == 10 and head.slope == line.slope
+    x = Y[350, :10].astype(np.float64)
+    assert float(head.score(0.6, x)) == pytest.approx(head.intercept + np.dot(head.weights, x) + 0.6 * head.slope)
+    assert float(head.pool_mean(head.score(0.6, x), x)) == pytest.approx(0.6)
 
 
 def test_the_level_asks_the_models_the_anchors_cannot_tell_from_the_strongest_but_never_more_than_half() -> None:

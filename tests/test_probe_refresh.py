@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 
 import dagster as dg
-import numpy as np
 import polars as pl
 import pytest
 from mlflow import MlflowClient
@@ -35,7 +34,7 @@ from sparseeval.probe import draw_order, plan_of
 from sparseeval.publishing import published_path, score_anchor_only_models
 from sparseeval.refresh import FRONTIER_OVERRIDE
 from sparseeval.refresh_policy import FitSettings, refresh_benchmark
-from sparseeval.refresh_probe import PROBE_KEYS, anchors_alone
+from sparseeval.refresh_probe import anchors_alone
 from sparseeval.splits import frontier_cut
 from sparseeval.store import Store
 from sparseeval.synthetic import generate_leaderboard, write_leaderboard

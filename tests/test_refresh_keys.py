@@ -159,6 +159,7 @@ def _requests(refreshed: dict, settings: SettingsResource) -> dict[str, dict[str
     return out
 
 
+@pytest.mark.slow  # a full Dagster refresh behind it (ingest, fit, checks, publication): make test, not test-fast
 def test_the_sensors_request_exactly_when_a_setting_changes_a_key(refreshed: dict) -> None:
     """Every row in one test (one refresh behind them all, also under xdist): the mismatches listed together."""
     published = str(refreshed["root"] / "predictors")

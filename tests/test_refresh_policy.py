@@ -206,7 +206,8 @@ def test_the_frontier_selfcheck_stands_until_the_models_grow_by_a_tenth(world: d
 
 def test_the_frontier_selfcheck_gates_publication_and_reaches_duckdb_mlflow_and_the_predictor(
         tmp_path: Path) -> None:
-    """Issue 29 on the path the pipeline calls: a board large enough for the self-check to measure (over
+    """Issue 29 on the path the pipeline calls, the anchors alone (``probe_items=0``; the second stage's own
+    gating: tests/test_probe_refresh.py): a board large enough for the self-check to measure (over
     20 of the candidate's fitting models above their 90th percentile). With a bar the candidate misses
     (no silent miss allowed) it is rejected, the check's message carrying the numbers, and nothing is
     published; at a bar it meets, the same fit (reused) is published, and its frontier figures are the
@@ -220,8 +221,8 @@ def test_the_frontier_selfcheck_gates_publication_and_reaches_duckdb_mlflow_and_
 
     def refresh(silent_max: float):
         return refresh_benchmark(matrix, store, tracking, tmp_path / "predictors",
-                                 FitSettings(k=8, method="sparseeval-linear", frontier_silent_max=silent_max),
-                                 publish=True, challenger=False)
+                                 FitSettings(k=8, method="sparseeval-linear", frontier_silent_max=silent_max,
+                                             probe_items=0), publish=True, challenger=False)
 
     strict = refresh(0.0)
     check = {c.name: c for c in strict.checks}["frontier_misses_flagged"]
@@ -255,7 +256,7 @@ def test_the_frontier_selfcheck_gates_publication_and_reaches_duckdb_mlflow_and_
     # SPARSEEVAL_FRONTIER_QUANTILE: a lower cut measures anew, on twice the stronger models
     farther = refresh_benchmark(matrix, store, tracking, tmp_path / "predictors",
                                 FitSettings(k=8, method="sparseeval-linear", frontier_silent_max=0.5,
-                                            frontier_quantile=0.8), publish=True, challenger=False)
+                                            frontier_quantile=0.8, probe_items=0), publish=True, challenger=False)
     wider = {c.name: c for c in farther.checks}["frontier_misses_flagged"].metadata["figures"]
     split = split_for_seed(matrix, 0, FitSettings().protocol())
     fitting = matrix.scores[np.concatenate([split.train, split.val])]
@@ -265,13 +266,13 @@ def test_the_frontier_selfcheck_gates_publication_and_reaches_duckdb_mlflow_and_
 
 def test_cli_refresh_refused_by_its_frontier_check_says_how_to_publish_knowingly(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    """A candidate the frontier check refuses: ``sparseeval refresh`` exits 1 and prints how to publish it
-    knowingly (the check's ``to_publish_anyway``); doing what it says publishes it."""
+    """A candidate the frontier check refuses (its anchors alone: no probe): ``sparseeval refresh`` exits 1 and
+    prints how to publish it knowingly (the check's ``to_publish_anyway``); doing what it says publishes it."""
     lb = generate_leaderboard(n_families=30, models_per_family=10, benchmarks={"arc": 80}, seed=7)
     write_leaderboard(lb, tmp_path / "src")
     db = tmp_path / "sparseeval.duckdb"
     for name, value in {"DATA_DIR": str(tmp_path), "K": "8", "METHOD": "sparseeval-linear",
-                        "JOINT_BENCHMARKS": "none", "FRONTIER_SILENT_MAX": "0"}.items():
+                        "JOINT_BENCHMARKS": "none", "FRONTIER_SILENT_MAX": "0", "PROBE_ITEMS": "0"}.items():
         monkeypatch.setenv(f"SPARSEEVAL_{name}", value)
     monkeypatch.delenv("SPARSEEVAL_DB", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

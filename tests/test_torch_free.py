@@ -20,8 +20,9 @@ import polars as pl
 import pytest
 
 from sparseeval.artifact import STATE_FILE, ArtifactError, load_predictor, upgrade
+from sparseeval.fitting import fit_predictor
 from sparseeval.methods import available_methods
-from sparseeval.scoring import fit_predictor, predict
+from sparseeval.predicting import predict
 from tests.test_artifact import irt_long
 
 V1 = Path(__file__).parent / "fixtures" / "predictor_v1"
@@ -114,3 +115,69 @@ def test_store_commands_run_without_the_extras(tmp_path: Path) -> None:
     # the refresh records in MLflow: the advice names the extra that has it, not only torch's
     refused = light("refresh", "--db", db)
     assert refused.returncode == 2 and "pip install 'sparseeval[pipeline]'" in refused.stderr, refused.stderr
+
+
+def _torch_forward(state: dict[str, np.ndarray], coef: np.ndarray, intercept: np.ndarray,
+                   X: np.ndarray) -> np.ndarray:
+    """``sparseeval-mlp``'s prediction written again in torch, one member and one layer at a time with
+    ``torch.nn.functional.linear`` (not :class:`~sparseeval.methods.proxies.BatchedMLP`, not the NumPy
+    code), in float64: the ridge's logit plus each member's MLP correction, through the sigmoid, averaged
+    over the members."""
+    import torch
+
+    F = torch.nn.functional
+    x = torch.as_tensor(X, dtype=torch.float64)
+    base = torch.logit((x @ torch.as_tensor(coef, dtype=torch.float64) + float(intercept)).clamp(1e-3, 1 - 1e-3))
+    layers = sum(1 for name in state if name.startswith("weights."))
+    members = []
+    for m in range(state["weights.0"].shape[0]):
+        h = 2 * x - 1
+        for i in range(layers):
+            w = torch.as_tensor(state[f"weights.{i}"][m], dtype=torch.float64)  # (fan_in, fan_out)
+            b = torch.as_tensor(state[f"biases.{i}"][m, 0], dtype=torch.float64)
+            h = F.linear(h, w.T, b)
+            if i < layers - 1:
+                h = F.gelu(h)
+        members.append(torch.sigmoid(h[:, 0] + base))
+    return torch.stack(members).mean(0).numpy()
+
+
+def test_the_numpy_mlp_matches_an_independent_torch_forward_pass_with_every_parameter_non_zero(
+        tmp_path: Path) -> None:
+    """The NumPy forward pass ``predict`` runs (and the light install, without torch) against torch, on a
+    fit whose every weight and bias is non-zero. A fit's last-layer bias can be exactly 0 (the MLP starts
+    from the ridge with its last layer zeroed, and a member whose early stopping kept that start keeps
+    it), and so it is in ``tests/fixtures/predictor_v1``: there a forward pass that dropped that bias
+    passed, while the predictors ``make run`` publishes carry biases up to 0.02 logit. Every parameter is
+    moved by 0.01-0.05 here, so a pass that drops or misplaces any bias (or weight) differs from torch."""
+    responses, scores = irt_long(n_models=120, n_items=30, seed=3)
+    art = fit_predictor(responses, scores, "toy", 5, "sparseeval-mlp", seed=2, method_params=PARAMS["sparseeval-mlp"])
+    est = art.estimator
+    rng = np.random.default_rng(7)
+    fitted = est.mlp_
+    est.mlp_ = {name: (w + rng.choice([-1.0, 1.0], w.shape) * rng.uniform(0.01, 0.05, w.shape)).astype(np.float32)
+                for name, w in fitted.items()}
+    assert all(np.all(w != 0) for w in est.mlp_.values()), {n: int((w == 0).sum()) for n, w in est.mlp_.items()}
+    assert est.mlp_["weights.0"].shape[0] > 1  # an ensemble: the members' average is part of the pass
+    folder = tmp_path / "pred"
+    art.save(folder)
+    loaded = load_predictor(folder)
+    assert {n: w.tolist() for n, w in loaded.estimator.mlp_.items()} == {n: w.tolist() for n, w in est.mlp_.items()}
+
+    wide = responses.pivot(on="item_id", index="model", values="score")
+    X = wide.select(loaded.anchor_item_ids).to_numpy().astype(np.float32)
+    expected = _torch_forward(est.mlp_, est.coef_, est.intercept_, X)
+    got = loaded.estimator.predict(X)
+    assert np.allclose(got, expected, atol=2e-6), np.abs(got - expected).max()
+    # the check can fail: the same pass with the last layer's bias dropped is off by far more than its tolerance
+    last = max(int(n.split(".")[1]) for n in est.mlp_ if n.startswith("biases."))
+    dropped = dict(est.mlp_, **{f"biases.{last}": np.zeros_like(est.mlp_[f"biases.{last}"])})
+    assert np.abs(_torch_forward(dropped, est.coef_, est.intercept_, X) - expected).max() > 1e-3
+
+    # and the light install (no torch; the standard library's erf in its GELU) predicts what predict does here
+    answers = responses.filter(pl.col("model").is_in(["org1/m1", "org2/m2", "org4/m21"]))
+    answers.write_csv(tmp_path / "answers.csv")
+    here = {(p.model, p.benchmark): p.predicted for p in predict(loaded, answers)}
+    there = {(r["model"], r["benchmark"]): r["predicted"] for r in light_predict(folder, tmp_path / "answers.csv")}
+    assert there.keys() == here.keys()
+    assert np.allclose([there[k] for k in here], list(here.values()), atol=1e-6)

@@ -39,8 +39,8 @@ Each row shows the predicted score in points, its 90% interval, how many anchors
 the stage that gave the number, and warnings (answers unlike the training models', anchors missing, a
 score outside the training range). A model the anchors place at the top of their range is asked its own
 random probe (`sparseeval next` names the items): once it answered them, its estimate and interval come
-from the probe by design (stage "probe N": N items), not from the anchors. Answers run under other settings (few-shot count, metric) than the predictor
-was trained on are refused.
+from the probe by design (stage "probe N": N items), not from the anchors. Answers run under other
+settings (few-shot count, metric) than the predictor was trained on are refused.
 
 Predictions are recorded in the store (the predictions_vs_truth view compares them with full scores
 once those arrive) when --db is given or the default store exists; --no-db records nothing.
