@@ -1,6 +1,6 @@
 # sparseeval: two commands on a fresh machine.
 #   make run    install into .venv, then run the whole pipeline on the embedded synthetic leaderboard
-#   make test   install into .venv (with test extras), then ruff + the whole test suite
+#   make test   install into .venv (with test extras), then ruff, import-linter and the whole test suite
 #   make test-fast   ruff + the tests not marked slow (under a minute: the inner loop)
 # torch is installed first and pinned: an unpinned torch pulled in by another package would be a
 # multi-GB CUDA build.
@@ -36,18 +36,21 @@ run: install $(DAGSTER_HOME)/dagster.yaml
 # grew slow shows without a timed assertion
 test: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -n 2 --dist loadfile --durations=25
 
 test-fast: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -m "not slow" -q -n 2 --ignore=tests/test_pipeline.py
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
-# README's settings tables, regenerated from sparseeval/settings.py (tests/test_settings_home.py checks them)
+# README's settings tables, regenerated from sparseeval/core/settings.py (tests/test_settings_home.py checks them)
 settings-table: install
-	$(PY) -m sparseeval.settings README.md
+	$(PY) -m sparseeval.core.settings README.md
 
 # The Open LLM Leaderboard v1 predictors (one per benchmark, and the joint one), each a folder ready for
 # `hf upload ORG/REPO predictors/openllm_v1/<benchmark> .`: predictor.json, state.safetensors, the model
@@ -85,13 +88,13 @@ mlflow-ui: install
 # and daemon under supervisord on 127.0.0.1; Ctrl-C or `make serve-stop` stops them all (runs drained);
 # supervisorctl works on them: .venv/bin/supervisorctl -c data/serve/supervisord.conf status|restart NAME|tail -f NAME
 serve: install
-	$(PY) -m sparseeval.serve start
+	$(PY) -m sparseeval.interfaces.serve start
 
 serve-stop:
-	$(PY) -m sparseeval.serve stop
+	$(PY) -m sparseeval.interfaces.serve stop
 
 serve-status:
-	$(PY) -m sparseeval.serve status
+	$(PY) -m sparseeval.interfaces.serve status
 
 bench-accuracy: install
 	$(PY) bench/accuracy.py

@@ -1,6 +1,6 @@
 """Accuracy of every anchor method side by side on the real Open LLM Leaderboard v1 data.
 
-Runs the leak-proof protocol (``sparseeval.evaluation``) for each benchmark, method, K and seed
+Runs the leak-proof protocol (``sparseeval.estimate.evaluation``) for each benchmark, method, K and seed
 (one model split per seed, shared by all methods), under two protocols side by side:
 
 * ``random``: test models drawn at random (in distribution);
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import polars as pl
 
-from sparseeval.commands.evaluate import add_arguments, compare, protocol_config
-from sparseeval.evaluation import DEFAULT_METHODS, EvalResult, results_frame, summarize
-from sparseeval.report import plot_mae_vs_k, print_table, protocol_markdown, versus_best_baseline
-from sparseeval.sources import open_data
+from sparseeval.data.access.sources import open_data
+from sparseeval.estimate.evaluation import DEFAULT_METHODS, EvalResult, results_frame, summarize
+from sparseeval.interfaces.commands.evaluate import add_arguments, compare, protocol_config
+from sparseeval.publish.report import plot_mae_vs_k, print_table, protocol_markdown, versus_best_baseline
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openllm_v1"
 

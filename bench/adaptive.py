@@ -2,7 +2,7 @@
 
 Per benchmark of the real Open LLM Leaderboard v1 data (and, with ``--joint``, the mean score of a
 ``sparseeval-joint`` predictor): hold out ``--test-frac`` of the models (seeded), fit and calibrate a
-predictor with ``--kmax`` anchors on the rest (:func:`sparseeval.fitting.fit_predictor`, which holds out
+predictor with ``--kmax`` anchors on the rest (:func:`sparseeval.estimate.fitting.fit_predictor`, which holds out
 its own calibration models and stores the adaptive order), then answer the held-out models' anchors in
 the predictor's order, ``--batch`` at a time:
 
@@ -29,13 +29,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from sparseeval import calibration as cal
-from sparseeval.adaptive import order_of
-from sparseeval.artifact import PredictorArtifact
-from sparseeval.fitting import fit_joint_predictor, fit_predictor
-from sparseeval.methods.joint import MEAN
-from sparseeval.predicting import anchor_matrix, prediction_outputs
-from sparseeval.sources import read_data
+from sparseeval.data.access.sources import read_data
+from sparseeval.estimate import calibration as cal
+from sparseeval.estimate.adaptive import order_of
+from sparseeval.estimate.artifact import PredictorArtifact
+from sparseeval.estimate.fitting import fit_joint_predictor, fit_predictor
+from sparseeval.estimate.methods.joint import MEAN
+from sparseeval.estimate.predicting import anchor_matrix, prediction_outputs
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openllm_v1"
 

@@ -10,7 +10,7 @@ Both arms on the same split of one benchmark of the real sample (40 % calibratio
 * *fixed*: greedy forward order of the pool items (each next item lowers the ridge training error of
   the full-benchmark score most), a ridge per prefix, split-conformal 90 % half-width on the
   calibration models;
-* *cat*: a 1-D 2PL (``sparseeval.methods.irt.fit_irt``) on the training models, a grid posterior
+* *cat*: a 1-D 2PL (``sparseeval.estimate.methods.irt.fit_irt``) on the training models, a grid posterior
   of the ability per model, the next item the one with the smallest expected posterior variance of
   g(theta) (g: cubic fit of the full score on the training models' abilities), prediction the
   posterior mean of g, uncertainty sqrt(Var_post g + tau^2) (tau: g's residual on training
@@ -26,9 +26,9 @@ import time
 
 import numpy as np
 
-from sparseeval.matrix import build_matrix
-from sparseeval.methods.irt import fit_irt
-from sparseeval.sources import open_data
+from sparseeval.data.access.sources import open_data
+from sparseeval.data.matrix import build_matrix
+from sparseeval.estimate.methods.irt import fit_irt
 
 GRID = np.linspace(-4, 4, 161)
 

@@ -1,7 +1,7 @@
 """Do the published predictors' 90 % intervals hold on models they never saw?
 
 Per benchmark of the real Open LLM Leaderboard v1 data and per K: hold out ``--test-frac`` of the
-models (seeded), fit and calibrate a predictor on the rest with :func:`sparseeval.fitting.fit_predictor`
+models (seeded), fit and calibrate a predictor on the rest with :func:`sparseeval.estimate.fitting.fit_predictor`
 (which itself holds out its calibration models), then score the held-out models and report
 empirical coverage of the intervals (target 88-92 % at alpha 0.1), mean width in points, MAE in
 points, coverage with half the anchors missing, the OOD flag rate, and the wall time of one
@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-import sparseeval.methods
-from sparseeval.fitting import fit_predictor
-from sparseeval.predicting import predict
-from sparseeval.sources import read_data
+import sparseeval.estimate.methods
+from sparseeval.data.access.sources import read_data
+from sparseeval.estimate.fitting import fit_predictor
+from sparseeval.estimate.predicting import predict
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm_v1"
 
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
     method = args.method or next(m for m in ("sparseeval-linear", "random-linear")
-                                 if m in sparseeval.methods.available_methods())
+                                 if m in sparseeval.estimate.methods.available_methods())
     parsed = read_data(args.data)
     responses, scores = parsed.responses, parsed.scores
     benches = args.benchmarks or sorted(scores.get_column("benchmark").unique().to_list())

@@ -27,20 +27,17 @@ from typing import Any
 
 import polars as pl
 
+from sparseeval.data.access.matrix_store import MatrixStore
+from sparseeval.data.access.sources import read_data
+from sparseeval.data.store import Store
+from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.estimate.artifact import load_predictor
+from sparseeval.estimate.fitting import ProbeSettings, fit_predictor
+from sparseeval.estimate.predicting import predict
+from sparseeval.publish.refresh_policy import FitSettings, refresh_benchmark
+from sparseeval.publish.tracking import TrackingConfig
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-def _import(*names: str) -> Any:
-    """The first of ``names`` (``module:attribute``) that imports: the same bench before and after a move."""
-    import importlib
-
-    for name in names:
-        module, _, attr = name.partition(":")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError):
-            continue
-    raise ImportError(names)
 
 
 def digest(rows: list[dict[str, Any]]) -> str:
@@ -49,17 +46,13 @@ def digest(rows: list[dict[str, Any]]) -> str:
 
 
 def fitted(data: Path, bench: str, selfcheck: bool, tmp: Path) -> dict[str, Any]:
-    fit_predictor = _import("sparseeval.estimate.fitting:fit_predictor", "sparseeval.fitting:fit_predictor")
-    probe_settings = _import("sparseeval.estimate.fitting:ProbeSettings", "sparseeval.fitting:ProbeSettings")
-    predict = _import("sparseeval.estimate.predicting:predict", "sparseeval.predicting:predict")
-    read_data = _import("sparseeval.data.sources:read_data", "sparseeval.sources:read_data")
     parsed = read_data(data)
     responses = parsed.responses.filter(pl.col("benchmark") == bench)
     scores = parsed.scores.filter(pl.col("benchmark") == bench).sort("model")
     held = set(scores["model"].to_list()[::max(1, scores.height // 200)][:200])
     keep = ~pl.col("model").is_in(list(held))
     art = fit_predictor(responses.filter(keep), scores.filter(keep), bench, 20, "sparseeval-headroom", seed=0,
-                        device="cpu", frontier_quantile=0.9 if selfcheck else None, probe=probe_settings())
+                        device="cpu", frontier_quantile=0.9 if selfcheck else None, probe=ProbeSettings())
     saved = art.save(tmp / bench)
     # sorted: the reader's row order (a DuckDB scan) is not the fingerprint's concern
     rows = sorted((p.as_dict() for p in predict(saved, responses.filter(~keep))),
@@ -69,26 +62,17 @@ def fitted(data: Path, bench: str, selfcheck: bool, tmp: Path) -> dict[str, Any]
 
 
 def refreshed(tmp: Path) -> list[dict[str, Any]]:
-    generate = _import("sparseeval.data.synthetic:generate_leaderboard", "sparseeval.synthetic:generate_leaderboard")
-    write = _import("sparseeval.data.synthetic:write_leaderboard", "sparseeval.synthetic:write_leaderboard")
-    store_cls = _import("sparseeval.data.store:Store", "sparseeval.store:Store")
-    matrices = _import("sparseeval.data.matrix_store:MatrixStore", "sparseeval.matrix_store:MatrixStore")
-    tracking = _import("sparseeval.publish.tracking:TrackingConfig", "sparseeval.tracking:TrackingConfig")
-    refresh_benchmark = _import("sparseeval.publish.refresh_policy:refresh_benchmark",
-                                "sparseeval.refresh_policy:refresh_benchmark")
-    settings_cls = _import("sparseeval.core.settings:RefreshSettings", "sparseeval.refresh_policy:FitSettings")
-    load = _import("sparseeval.estimate.artifact:load_predictor", "sparseeval.artifact:load_predictor")
-    lb = generate(n_families=30, models_per_family=10, benchmarks={"arc": 120, "gsm8k": 100}, seed=3)
-    write(lb, tmp / "src")
-    store = store_cls(tmp / "sparseeval.duckdb")
+    lb = generate_leaderboard(n_families=30, models_per_family=10, benchmarks={"arc": 120, "gsm8k": 100}, seed=3)
+    write_leaderboard(lb, tmp / "src")
+    store = Store(tmp / "sparseeval.duckdb")
     store.ingest(tmp / "src")
     out = []
     for bench in ("arc", "gsm8k"):
-        matrix = matrices.beside(store).update(store, bench).matrix
-        result = refresh_benchmark(matrix, store, tracking(data_dir=tmp), tmp / "predictors",
-                                   settings_cls(k=10, device="cpu"), publish=True, challenger=False)
+        matrix = MatrixStore.beside(store).update(store, bench).matrix
+        result = refresh_benchmark(matrix, store, TrackingConfig(data_dir=tmp), tmp / "predictors",
+                                   FitSettings(k=10, device="cpu"), publish=True, challenger=False)
         row = store.champion(bench)
-        published = None if row is None else load(row["artifact_uri"]).content_hash
+        published = None if row is None else load_predictor(row["artifact_uri"]).content_hash
         out.append({"benchmark": bench, "decision": result.decision, "content_hash": published,
                     "anchors": None if row is None else row["items"]})
     return out

@@ -35,10 +35,10 @@ import numpy as np
 from scipy.stats import spearmanr
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 
-from sparseeval.matrix import build_matrix
-from sparseeval.readers.base import ParsedResults
-from sparseeval.sources import read_data
-from sparseeval.splits import frontier_cut
+from sparseeval.data.access.sources import read_data
+from sparseeval.data.matrix import build_matrix
+from sparseeval.data.readers.base import ParsedResults
+from sparseeval.estimate.splits import frontier_cut
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm_v1"
 #: the oracle's ridge; measured at 1 and 10 too: mmlu's oracle figures move by at most 0.13 point (2.23-2.49

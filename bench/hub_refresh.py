@@ -1,6 +1,6 @@
 """What a refresh of Hub sources costs: calls to the Hub and seconds, side by side.
 
-Runs the real ``huggingface_hub`` client (through :mod:`sparseeval.hub_sources`) against the local
+Runs the real ``huggingface_hub`` client (through :mod:`sparseeval.data.access.hub_sources`) against the local
 Hub stand-in of tests/hub_server.py on 127.0.0.1, into a fresh store and client cache, for three
 refreshes of the same sources:
 
@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sparseeval.hub_sources import HubFetcher, RepoFetch, parse_sources, parse_tasks
-from sparseeval.store import Store
+from sparseeval.data.access.hub_sources import HubFetcher, RepoFetch, parse_sources, parse_tasks
+from sparseeval.data.store import Store
 from tests.fixtures.formats import write_v1_details, write_v2_details
 from tests.hub_server import HubServer, Repo, files_from
 

@@ -81,7 +81,7 @@ def phase_ingest(workdir: Path) -> dict:
     """Native parquet ingest into a store-schema DuckDB file (one transaction)."""
     import duckdb
 
-    from sparseeval.store import Store
+    from sparseeval.data.store import Store
 
     db = workdir / "bench.duckdb"
     db.unlink(missing_ok=True)
@@ -112,7 +112,7 @@ def phase_ingest(workdir: Path) -> dict:
 def phase_store(workdir: Path) -> dict:
     """``Store.ingest`` of every benchmark file: the path a user takes (hash, checks, conflicts,
     one transaction per file, one snapshot publication per ingest)."""
-    from sparseeval.store import Store
+    from sparseeval.data.store import Store
 
     db = workdir / "store.duckdb"
     for old in workdir.glob("store*.duckdb*"):
@@ -140,7 +140,7 @@ def phase_matrix(workdir: Path) -> dict:
     """``build_matrix`` from a lazy parquet scan (the benchmark filter is pushed into the scan)."""
     import polars as pl
 
-    from sparseeval.matrix import build_matrix
+    from sparseeval.data.matrix import build_matrix
 
     t0 = time.perf_counter()
     matrix = build_matrix(pl.scan_parquet(workdir / "responses" / "*.parquet"), None, MATRIX_BENCHMARK)
@@ -149,8 +149,8 @@ def phase_matrix(workdir: Path) -> dict:
 
 def phase_matrix_store(workdir: Path) -> dict:
     """``build_matrix`` from the store (``Store.load_long(lazy=True)``: Arrow batches from the snapshot)."""
-    from sparseeval.matrix import build_matrix
-    from sparseeval.store import Store
+    from sparseeval.data.matrix import build_matrix
+    from sparseeval.data.store import Store
 
     t0 = time.perf_counter()
     responses, scores = Store(workdir / "store.duckdb").load_long(MATRIX_BENCHMARK, lazy=True)

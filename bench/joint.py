@@ -1,6 +1,6 @@
 """Joint anchors vs per-benchmark anchors at the same total budget on the real leaderboard data.
 
-Runs :func:`sparseeval.evaluation.run_joint_protocol` (models that have every benchmark, one split per
+Runs :func:`sparseeval.estimate.evaluation.run_joint_protocol` (models that have every benchmark, one split per
 seed shared by every method; the joint method spends K x benchmarks items, each per-benchmark method K
 per benchmark) and prints, per benchmark and for the mean score, MAE and Kendall tau (mean +- sd over
 seeds), the joint / per-benchmark MAE ratio (goal: at most 0.8) and the seconds per fit. Also reads the
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import polars as pl
 
-from sparseeval.evaluation import ProtocolConfig, results_frame, run_joint_protocol
-from sparseeval.matrix import build_matrix
-from sparseeval.sources import read_data
+from sparseeval.data.access.sources import read_data
+from sparseeval.data.matrix import build_matrix
+from sparseeval.estimate.evaluation import ProtocolConfig, results_frame, run_joint_protocol
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openllm_v1"
 JOINT = "sparseeval-joint"

@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sparseeval.artifact import load_predictor  # noqa: E402
+from sparseeval.estimate.artifact import load_predictor  # noqa: E402
 from tests.hub_server import HubServer, Repo, files_from  # noqa: E402
 
 LIGHT_EXTRAS: tuple[str, ...] = ()

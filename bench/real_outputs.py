@@ -2,7 +2,7 @@
 
     python bench/real_outputs.py FOLDER [FOLDER ...] [--max-units N]
 
-For every unit :func:`sparseeval.readers.detect.discover` finds: the format recognised, the rows stored
+For every unit :func:`sparseeval.data.readers.detect.discover` finds: the format recognised, the rows stored
 (responses, scores), the settings recorded (distinct n_shot / metric / harness_version / limit / run_at
 present) and the refused / skipped notes; then the files discover itself noted. Nothing is written.
 """
@@ -15,8 +15,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from sparseeval.readers.base import InputError
-from sparseeval.readers.detect import discover, read_source
+from sparseeval.data.readers.base import InputError
+from sparseeval.data.readers.detect import discover, read_source
 
 
 def _settings(parsed) -> str:

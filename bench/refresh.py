@@ -31,8 +31,8 @@ from pipelines.automation import stale_benchmarks_sensor
 from pipelines.io_managers import MatrixIOManager
 from pipelines.partitions import BENCHMARK_PARTITIONS
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
-from sparseeval.store import Store
-from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.data.store import Store
+from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
 
 PARTITIONED = [response_matrix, candidate, champion, evaluation, predictions]
 

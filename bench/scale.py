@@ -11,7 +11,7 @@ written in row groups of a few hundred models, so generation never holds the who
 
 Phases, each in a fresh interpreter so ``ru_maxrss`` is that phase's own peak RSS:
 
-* ``ingest``: ``Store.ingest`` of the unit into an empty private store, as ``sparseeval.sources.open_data``
+* ``ingest``: ``Store.ingest`` of the unit into an empty private store, as ``sparseeval.data.access.sources.open_data``
   does for ``evaluate`` and ``fit`` (the bulk SQL path for clean long parquet);
 * ``matrix``: ``build_matrix`` over ``Store.load_long(benchmark, lazy=True)`` of that store;
 * ``fit <method> K``: the matrix from ``pl.scan_parquet`` (not timed), then ``fit_on_split`` on seed 0's
@@ -19,7 +19,7 @@ Phases, each in a fresh interpreter so ``ru_maxrss`` is that phase's own peak RS
 * ``refresh``: what the pipeline runs for one benchmark: ingest into a fresh store (with its published
   snapshot), the matrix, the random-linear bar, the anchors fit (``SPARSEEVAL_METHOD``, K=20), calibration
   and save of the predictor (``artifact_from_fit`` + ``save``), held-out MAE and coverage checks, and the
-  comparison plan the budget allows (:func:`sparseeval.budget.comparison_plan`, reported, not run).
+  comparison plan the budget allows (:func:`sparseeval.estimate.budget.comparison_plan`, reported, not run).
 
     python bench/scale.py --quick                     # CI size (300 x 1,000), a few seconds
     python bench/scale.py                             # the grid up to 7,000 x 30,000 (long)
@@ -149,7 +149,7 @@ def _cpu() -> float:
 def _scan_matrix(folder: Path) -> Any:
     import polars as pl
 
-    from sparseeval.matrix import build_matrix
+    from sparseeval.data.matrix import build_matrix
 
     unit = folder / "unit"
     return build_matrix(pl.scan_parquet(unit / "responses.parquet"), pl.read_parquet(unit / "scores.parquet"),
@@ -157,7 +157,7 @@ def _scan_matrix(folder: Path) -> Any:
 
 
 def phase_ingest(folder: Path) -> dict[str, Any]:
-    from sparseeval.store import Store
+    from sparseeval.data.store import Store
 
     db = folder / "read.duckdb"
     for old in folder.glob("read.duckdb*"):
@@ -174,8 +174,8 @@ def phase_ingest(folder: Path) -> dict[str, Any]:
 
 
 def phase_matrix(folder: Path) -> dict[str, Any]:
-    from sparseeval.matrix import build_matrix
-    from sparseeval.store import Store
+    from sparseeval.data.matrix import build_matrix
+    from sparseeval.data.store import Store
 
     t0, c0 = time.perf_counter(), _cpu()
     matrix = build_matrix(*Store(folder / "read.duckdb", snapshot=False).load_long(BENCHMARK, lazy=True), BENCHMARK)
@@ -183,8 +183,8 @@ def phase_matrix(folder: Path) -> dict[str, Any]:
 
 
 def phase_fit(folder: Path, method: str, k: int) -> dict[str, Any]:
-    from sparseeval.evaluation import ProtocolConfig, fit_on_split, score_on_split, split_for_seed
-    from sparseeval.metrics import score_metrics
+    from sparseeval.estimate.evaluation import ProtocolConfig, fit_on_split, score_on_split, split_for_seed
+    from sparseeval.estimate.metrics import score_metrics
 
     matrix = _scan_matrix(folder)
     split = split_for_seed(matrix, 0, ProtocolConfig())
@@ -201,13 +201,13 @@ def phase_fit(folder: Path, method: str, k: int) -> dict[str, Any]:
 
 
 def phase_refresh(folder: Path) -> dict[str, Any]:
-    from sparseeval.budget import comparison_plan
-    from sparseeval.champion import baseline_mae, crossfit_coverage, heldout_mae
-    from sparseeval.evaluation import ProtocolConfig, fit_on_split, split_for_seed
-    from sparseeval.fitting import artifact_from_fit
-    from sparseeval.matrix import build_matrix
-    from sparseeval.settings import DEFAULT_K, DEFAULT_METHOD
-    from sparseeval.store import Store
+    from sparseeval.core.settings import DEFAULT_K, DEFAULT_METHOD
+    from sparseeval.data.matrix import build_matrix
+    from sparseeval.data.store import Store
+    from sparseeval.estimate.budget import comparison_plan
+    from sparseeval.estimate.evaluation import ProtocolConfig, fit_on_split, split_for_seed
+    from sparseeval.estimate.fitting import artifact_from_fit
+    from sparseeval.publish.champion import baseline_mae, crossfit_coverage, heldout_mae
 
     work = folder / "refresh"
     shutil.rmtree(work, ignore_errors=True)

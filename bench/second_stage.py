@@ -1,9 +1,9 @@
-"""The second stage (the design-based probe, ``sparseeval/probe.py``) against the anchors and its rivals,
+"""The second stage (the design-based probe, ``sparseeval/estimate/probe.py``) against the anchors and its rivals,
 on both protocols and both kinds of pool.
 
 Per benchmark and seed, two protocols: **frontier** (fit on the models at or below the 90th percentile of the
 score, predict the stronger rest) and **random** (hold out a seeded fifth). Each fit is ``sparseeval fit``'s
-own (:func:`sparseeval.fitting.fit_predictor`, default method, K = 20, the default probe); the held-out models
+own (:func:`sparseeval.estimate.fitting.fit_predictor`, default method, K = 20, the default probe); the held-out models
 are predicted by ``predict``:
 
 * ``anchors``: from their anchors alone (today's estimate before this stage);
@@ -40,11 +40,17 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from sparseeval.fitting import ProbeSettings, fit_predictor
-from sparseeval.predicting import Prediction, _predict_matrix, answer_matrices, follow_probe, prediction_figures
-from sparseeval.probe import STAGE_PROBE, ProbePlan, control, draw_order, plan_of
-from sparseeval.sources import read_data
-from sparseeval.splits import frontier_cut
+from sparseeval.data.access.sources import read_data
+from sparseeval.estimate.fitting import ProbeSettings, fit_predictor
+from sparseeval.estimate.predicting import (
+    Prediction,
+    _predict_matrix,
+    answer_matrices,
+    follow_probe,
+    prediction_figures,
+)
+from sparseeval.estimate.probe import STAGE_PROBE, ProbePlan, control, draw_order, plan_of
+from sparseeval.estimate.splits import frontier_cut
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DEFAULT_DATA = [SHARED / "openllm_v1", SHARED / "openllm_v2"]

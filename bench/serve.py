@@ -1,6 +1,6 @@
 """The served mode's start-up and footprint, and one refresh of the embedded default served vs in-process.
 
-1. ``python -m sparseeval.serve start --detach`` (what ``make serve`` runs, detached) in a fresh data
+1. ``python -m sparseeval.interfaces.serve start --detach`` (what ``make serve`` runs, detached) in a fresh data
    folder: seconds until each service answers and until the Dagster UI answers (the webserver's
    GraphQL API lists the code location as loaded), from a cold start (``initdb`` included) and a
    warm one (the cluster exists).
@@ -36,9 +36,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sparseeval.serve import bootstrap as serve  # noqa: E402
-from sparseeval.serve.drain import graphql  # noqa: E402
-from sparseeval.serve.supervisor import SERVICES, rpc  # noqa: E402
+from sparseeval.interfaces.serve import bootstrap as serve  # noqa: E402
+from sparseeval.interfaces.serve.drain import graphql  # noqa: E402
+from sparseeval.interfaces.serve.supervisor import SERVICES, rpc  # noqa: E402
 from tests.test_serve import (  # noqa: E402
     back_after_sigkill,
     daemon_heartbeats_since,
@@ -68,8 +68,8 @@ def _tree_memory_mb(root: int) -> tuple[float, float]:
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "sparseeval.serve", *args], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=900, check=False)
+    out = subprocess.run([sys.executable, "-m", "sparseeval.interfaces.serve", *args], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=900, check=False)
     if out.returncode:
         raise SystemExit(f"serve {' '.join(args)} failed:\n{out.stdout}{out.stderr}")
     return out.stdout
@@ -116,7 +116,7 @@ def _served(root: Path, settings: dict[str, str]) -> dict:
         _cli(env, "start", "--detach", *ports)
         out["warm_start_s"] = time.monotonic() - t0
     finally:
-        subprocess.run([sys.executable, "-m", "sparseeval.serve", "stop", "--grace", "0"], cwd=REPO, env=env,
+        subprocess.run([sys.executable, "-m", "sparseeval.interfaces.serve", "stop", "--grace", "0"], cwd=REPO, env=env,
                        capture_output=True, timeout=300, check=False)
     return out
 
@@ -146,7 +146,7 @@ def main() -> None:
     print(f"settings: {settings or 'the defaults (make run)'}; work folder {root}", flush=True)
     served = _served(root, settings)
     inproc = _in_process(root, settings)
-    print("\nstart-up (python -m sparseeval.serve start --detach until every service answers)")
+    print("\nstart-up (python -m sparseeval.interfaces.serve start --detach until every service answers)")
     print(f"  cold (initdb, role, databases): {served['cold_start_s']:6.1f} s   warm: {served['warm_start_s']:6.1f} s")
     for name, seconds in served["service_s"].items():
         print(f"    {name:<12} {seconds:6.1f} s")

@@ -24,12 +24,12 @@ from pathlib import Path
 import polars as pl
 import torch
 
-from sparseeval.device import cpu_threads
-from sparseeval.evaluation import ProtocolConfig, fit_on_split, score_on_split, split_for_seed
-from sparseeval.matrix import build_matrix
-from sparseeval.metrics import score_metrics
-from sparseeval.report import print_table
-from sparseeval.sources import read_data
+from sparseeval.data.access.sources import read_data
+from sparseeval.data.matrix import build_matrix
+from sparseeval.estimate.evaluation import ProtocolConfig, fit_on_split, score_on_split, split_for_seed
+from sparseeval.estimate.methods.device import cpu_threads
+from sparseeval.estimate.metrics import score_metrics
+from sparseeval.publish.report import print_table
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openllm_v1"
 CONFIGS = {

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from sparseeval import settings
+from sparseeval.core import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.db} not found: run `make run` first", file=sys.stderr)
         return 2
     snapshot = args.db.with_name(args.db.name.removesuffix(".duckdb") + ".snapshot.duckdb")
-    sql = [sys.executable, "-m", "sparseeval.commands.sql", "--db", str(args.db)]
+    sql = [sys.executable, "-m", "sparseeval.interfaces.commands.sql", "--db", str(args.db)]
     cases = {
         "python -c pass (interpreter alone)": [sys.executable, "-c", "pass"],
         "sparseeval sql 'SELECT 1'": [*sql, "SELECT 1"],

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparseeval import settings
+from sparseeval.core import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -60,7 +60,7 @@ class Page:
 def runs_page_url(base: str, experiment_id: str) -> str:
     """The experiment's runs page. MLflow 3.17's UI picks GenAI or model-training pages from a browser-wide
     switch (GenAI in a fresh browser) that the URL's ``workflowType`` overrides; the experiment's
-    ``mlflow.experimentKind`` tag (set by sparseeval.tracking) is what the experiment is."""
+    ``mlflow.experimentKind`` tag (set by sparseeval.publish.tracking) is what the experiment is."""
     return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 

@@ -3,12 +3,12 @@ then, in their own job, evaluation[b].
 
 Thin: each asset moves data between the library and the stores and reports what happened; the
 refresh policy itself (what is fitted, what competes, what is decided, recorded, resumed) is one
-library operation, :func:`sparseeval.refresh_policy.refresh_benchmark` (its joint twin in
+library operation, :func:`sparseeval.publish.refresh_policy.refresh_benchmark` (its joint twin in
 :mod:`pipelines.joint`). Every fact has one home and one writer:
 
 * ``raw_results`` (one per refresh, not per benchmark) is the only writer of results into DuckDB;
 * ``response_matrix`` is the only value passed between steps: the benchmark's stored matrix
-  (:mod:`sparseeval.matrix_store`, new models appended), passed by reference
+  (:mod:`sparseeval.data.access.matrix_store`, new models appended), passed by reference
   (:class:`~pipelines.io_managers.MatrixIOManager`); its data version is the store's fingerprint of
   the benchmark's current runs;
 * ``candidate`` calls the refresh policy (champion refit, challenger, the **blocking** publishing
@@ -16,7 +16,7 @@ library operation, :func:`sparseeval.refresh_policy.refresh_benchmark` (its join
 * ``champion`` publishes only what passed the checks (registry alias, published folder, DuckDB role);
 * ``challenger`` then selects fresh anchors against the published refit and publishes them (as
   challenger, or as the new champion when clearly better) only with their own checks passed;
-* ``evaluation`` compares methods, in its own job after publication (:mod:`sparseeval.comparison`):
+* ``evaluation`` compares methods, in its own job after publication (:mod:`sparseeval.publish.comparison`):
   it never delays a publication.
 """
 
@@ -30,14 +30,14 @@ import polars as pl
 
 from pipelines.partitions import benchmark_of, benchmark_partitions
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
-from sparseeval.comparison import compare_methods
-from sparseeval.hub_sources import HubFetcher
-from sparseeval.matrix import EmptyMatrixError, ResponseMatrix
-from sparseeval.methods.joint import JOINT_METHOD
-from sparseeval.publishing import Publisher, published_path, score_anchor_only_models
-from sparseeval.refresh import matrix_range_check
-from sparseeval.refresh_policy import RefreshResult, refresh_benchmark, select_challenger
-from sparseeval.store import IngestReport, Store
+from sparseeval.data.access.hub_sources import HubFetcher
+from sparseeval.data.matrix import EmptyMatrixError, ResponseMatrix
+from sparseeval.data.store import IngestReport, Store
+from sparseeval.estimate.methods.joint import JOINT_METHOD
+from sparseeval.publish.comparison import compare_methods
+from sparseeval.publish.publishing import Publisher, published_path, score_anchor_only_models
+from sparseeval.publish.refresh import matrix_range_check
+from sparseeval.publish.refresh_policy import RefreshResult, refresh_benchmark, select_challenger
 
 GROUP = "sparseeval"
 OWNERS = ["team:sparseeval"]
@@ -141,7 +141,7 @@ def response_matrix(context: dg.AssetExecutionContext, store: StoreResource):
     yield dg.AssetCheckResult(check_name=check.name, passed=check.passed, metadata=check.metadata)
 
 
-# --- fit: the refresh policy (sparseeval.refresh_policy); the blocking publishing checks
+# --- fit: the refresh policy (sparseeval.publish.refresh_policy); the blocking publishing checks
 # --- (pipelines/checks.py) read its decision ---------------------------------------------------------
 
 def refresh_metadata(result: RefreshResult) -> dict[str, Any]:
@@ -165,7 +165,7 @@ def refresh_metadata(result: RefreshResult) -> dict[str, Any]:
 
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"pytorch", "duckdb"}, owners=OWNERS,
           tags={"layer": "fit"}, pool="sparseeval_fit", output_required=False,
-          description="The refresh policy (sparseeval.refresh_policy.refresh_benchmark), its first phase: the "
+          description="The refresh policy (sparseeval.publish.refresh_policy.refresh_benchmark), its first phase: the "
                       "champion's anchors kept and its predictor refit on the new data (the first refresh selects "
                       "anchors instead; a fit already stored for the same data and settings is reused); the "
                       "anchor set written once and the predictor saved as a version; the publishing checks "
@@ -227,7 +227,7 @@ def publish_open(context: dg.AssetExecutionContext, bench: str, store: StoreReso
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"pytorch", "mlflow", "duckdb"},
           owners=OWNERS, tags={"layer": "fit"}, deps=[champion], pool="sparseeval_fit", output_required=False,
           description="After the refit champion is published (never before): a fresh selection competes with it "
-                      "(sparseeval.refresh_policy.select_challenger). Clearly better and the champion old "
+                      "(sparseeval.publish.refresh_policy.select_challenger). Clearly better and the champion old "
                       "enough: it replaces the champion; otherwise it is published beside it under the alias "
                       "challenger; either only with its own publishing checks passed (pipelines/checks.py reports "
                       "them). No refit "
@@ -250,8 +250,8 @@ def challenger(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
 @dg.asset(partitions_def=benchmark_partitions, group_name=GROUP, kinds={"duckdb", "mlflow"}, owners=OWNERS,
           tags={"layer": "compare"}, pool="sparseeval_fit", output_required=False,
           description="SparseEval and baselines on identical splits and seeds -> DuckDB evaluations, one MLflow "
-                      "comparison run with the MAE-vs-K plot (sparseeval.comparison). Its own job, run after the "
-                      "refresh has published: right away when many models are new, else by its weekly schedule. "
+                      "comparison run with the MAE-vs-K plot (sparseeval.publish.comparison). Its own job, run after "
+                      "the refresh has published: right away when many models are new, else by its weekly schedule. "
                       "Its key (data version and every comparison setting) already compared: no materialization.")
 def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
                tracking: TrackingResource, settings: SettingsResource):
@@ -286,7 +286,7 @@ def predictions(context: dg.AssetExecutionContext, store: StoreResource) -> dg.M
 
 def _score_newcomers(context: dg.AssetExecutionContext, db: Store, bench: str) -> dict[str, Any]:
     """The champion scores the models with anchor answers and no full score (the library's
-    :func:`~sparseeval.publishing.score_anchor_only_models`); those it could not score are logged, and the
+    :func:`~sparseeval.publish.publishing.score_anchor_only_models`); those it could not score are logged, and the
     metadata names them with why."""
     scored = score_anchor_only_models(db, bench)
     if warning := scored.warning(bench):

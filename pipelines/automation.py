@@ -7,9 +7,9 @@
   Its cursor starts from what the store has already ingested (sha256 in ``ingests``), so opening
   the UI after ``make run`` launches nothing.
 * ``hub_sources_sensor``: a ``hf://datasets/...`` repo whose commit the store has not ingested -> one
-  ``ingest`` run; an unchanged repo costs one metadata call per tick (:mod:`sparseeval.hub_sources`).
+  ``ingest`` run; an unchanged repo costs one metadata call per tick (:mod:`sparseeval.data.access.hub_sources`).
 * ``stale_benchmarks_sensor``: asks the **store** which benchmarks are stale: a data version or a
-  setting whose fit key has no decision yet (:func:`sparseeval.refresh.stale_benchmarks`). So results
+  setting whose fit key has no decision yet (:func:`sparseeval.publish.refresh.stale_benchmarks`). So results
   ingested by ``sparseeval ingest`` into the same store refresh too, a changed setting refreshes what
   it changes, and after ``make run`` (everything decided) it requests nothing. It adds partitions for
   new benchmarks. Its run key names the stale state, so one state is requested once (a run that
@@ -20,7 +20,7 @@
 * ``comparison_sensor``: the method comparison is its own ``compare`` job, so it never delays a
   publication: once a benchmark's refresh is decided, one run when its comparison is due now (never
   compared under these settings, or new models at least ``$SPARSEEVAL_COMPARE_NEW_SHARE`` of it:
-  :func:`sparseeval.comparison.comparison_due`); a smaller share is left to ``weekly_comparison``.
+  :func:`sparseeval.publish.comparison.comparison_due`); a smaller share is left to ``weekly_comparison``.
 * ``daily_refresh``: launches the ``ingest`` job; the sensors refresh what it changed.
 * ``weekly_comparison``: Sundays at 04:00, compares every benchmark whose current data is not compared.
 """
@@ -36,14 +36,14 @@ from pipelines.assets import candidate, challenger, champion, evaluation, predic
 from pipelines.joint import joint_anchors, joint_champion
 from pipelines.partitions import BENCHMARK_PARTITIONS, benchmark_partitions, partition_key
 from pipelines.resources import SettingsResource, SourceResource, StoreResource
-from sparseeval import settings as defaults
-from sparseeval.benchmarks import BenchmarkNameError, joint_benchmarks
-from sparseeval.comparison import comparisons_due
-from sparseeval.hub_sources import HubFetcher
-from sparseeval.methods.joint import JOINT_METHOD
-from sparseeval.readers.detect import discover
-from sparseeval.refresh import fit_key, joint_data_version, stale_benchmarks
-from sparseeval.store.pinning import unit_sha256
+from sparseeval.core import settings as defaults
+from sparseeval.data.access.hub_sources import HubFetcher
+from sparseeval.data.benchmarks import BenchmarkNameError, joint_benchmarks
+from sparseeval.data.readers.detect import discover
+from sparseeval.data.store.pinning import unit_sha256
+from sparseeval.estimate.methods.joint import JOINT_METHOD
+from sparseeval.publish.comparison import comparisons_due
+from sparseeval.publish.refresh import fit_key, joint_data_version, stale_benchmarks
 
 #: seconds between sensor evaluations (``SPARSEEVAL_SENSOR_INTERVAL``; read when the code location loads)
 SENSOR_INTERVAL: int = defaults.SETTINGS["sensor_interval"].value()

@@ -1,7 +1,7 @@
 """The blocking publishing checks, as standalone asset checks on ``candidate``, ``challenger`` and
 ``joint_anchors``.
 
-The fit step decides the checks with the library's predicates (:func:`sparseeval.refresh.publishing_checks`)
+The fit step decides the checks with the library's predicates (:func:`sparseeval.publish.refresh.publishing_checks`)
 and stores their outcomes with the anchor set, in the same transaction as its new role; each check
 here reports the stored outcome of the set that step evaluated in this run. Standalone checks are
 what makes a skip honest: when the fit key is already decided the fit step materializes nothing,
@@ -14,7 +14,7 @@ import dagster as dg
 from pipelines.assets import candidate, challenger
 from pipelines.joint import joint_anchors
 from pipelines.resources import StoreResource
-from sparseeval.refresh import PUBLISH_CHECKS, stored_checks
+from sparseeval.publish.refresh import PUBLISH_CHECKS, stored_checks
 
 
 def _evaluated_set(context: dg.AssetCheckExecutionContext, asset_key: dg.AssetKey) -> int:

@@ -26,7 +26,7 @@ from pipelines.resources import default_resources
 
 
 def build_definitions(resources: dict[str, Any] | None = None) -> dg.Definitions:
-    """The pipeline's definitions with ``resources`` (default: from :mod:`sparseeval.settings`); the
+    """The pipeline's definitions with ``resources`` (default: from :mod:`sparseeval.core.settings`); the
     lifecycle simulation builds its own with the settings of the simulated day."""
     return dg.Definitions(
         assets=[raw_results, response_matrix, candidate, champion, challenger, evaluation, predictions, joint_anchors,

@@ -1,6 +1,6 @@
 """The one IO manager: the response matrix between steps, as a reference to its stored version.
 
-A benchmark's matrix lives in the library's matrix store (:mod:`sparseeval.matrix_store`: plain
+A benchmark's matrix lives in the library's matrix store (:mod:`sparseeval.data.access.matrix_store`: plain
 ``.npy`` arrays and a JSON of names in one folder per data version, beside the DuckDB file), where the
 ``response_matrix`` step keeps it up to date by appending new models. What passes between steps is
 ``<base>/response_matrix/<benchmark>.json``, naming that version's folder; the reading step maps the
@@ -19,9 +19,9 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 
-from sparseeval.atomic import atomic_write_text
-from sparseeval.matrix import ResponseMatrix
-from sparseeval.matrix_store import MatrixStore
+from sparseeval.core.atomic import atomic_write_text
+from sparseeval.data.access.matrix_store import MatrixStore
+from sparseeval.data.matrix import ResponseMatrix
 
 
 def load_matrix(path: Path) -> ResponseMatrix:
@@ -53,7 +53,7 @@ class MatrixIOManager(dg.ConfigurableIOManager):
 
     def _load(self, path: Path, context: dg.InputContext) -> ResponseMatrix:
         """The referenced version, or a newer one of the same benchmark stored since by another writer
-        (:meth:`~sparseeval.matrix_store.MatrixStore.newest`: ``sparseeval refresh`` on the same store);
+        (:meth:`~sparseeval.data.access.matrix_store.MatrixStore.newest`: ``sparseeval refresh`` on the same store);
         otherwise the joint predictor and the comparison would read a matrix behind the store, and their
         sensors, which key on the store, would ask for them again on every tick."""
         legacy = path.with_suffix(".npz")

@@ -1,7 +1,7 @@
 """The joint predictor: one anchor set for several benchmarks (``sparseeval-joint``).
 
 ``joint_anchors`` reads every benchmark's matrix (all partitions of ``response_matrix``) and calls
-the library's joint refresh (:func:`sparseeval.refresh_policy.refresh_joint`, the same skeleton as a
+the library's joint refresh (:func:`sparseeval.publish.refresh_policy.refresh_joint`, the same skeleton as a
 benchmark's): it fits ``sparseeval-joint`` on the models that have every chosen benchmark, calibrates
 it on that split's held-out models, compares it there with the per-benchmark method at the same total
 number of items, and runs the same **blocking** publishing checks as a benchmark's candidate, output
@@ -20,15 +20,15 @@ import dagster as dg
 
 from pipelines.assets import GROUP, OWNERS, publish_open, refresh_metadata
 from pipelines.resources import SettingsResource, StoreResource, TrackingResource
-from sparseeval.matrix import ResponseMatrix
-from sparseeval.methods.joint import JOINT_METHOD
-from sparseeval.refresh_policy import refresh_joint
+from sparseeval.data.matrix import ResponseMatrix
+from sparseeval.estimate.methods.joint import JOINT_METHOD
+from sparseeval.publish.refresh_policy import refresh_joint
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch", "duckdb", "mlflow"}, owners=OWNERS, tags={"layer": "fit"},
           pool="sparseeval_fit", ins={"response_matrix": dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
           output_required=False,
-          description="sparseeval-joint (sparseeval.refresh_policy.refresh_joint): one anchor set for several "
+          description="sparseeval-joint (sparseeval.publish.refresh_policy.refresh_joint): one anchor set for several "
                       "benchmarks under one item budget (K per benchmark in all), fitted on the models that have "
                       "every benchmark, compared on the same held-out models with the per-benchmark method at the "
                       "same total, checked output by output (every benchmark and the mean) before it may be "

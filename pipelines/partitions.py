@@ -4,7 +4,7 @@ Dynamic partitions: ingest reports which benchmarks (and benchmark variants such
 the store holds; the sensor and ``make run`` add the new ones, so a new benchmark in a dropped file
 gets its own partition without editing anything.
 
-A partition key is the benchmark's :func:`sparseeval.names.slug` (``arc`` is ``arc``): Dagster's
+A partition key is the benchmark's :func:`sparseeval.data.names.slug` (``arc`` is ``arc``): Dagster's
 UI reads ``...`` in a key as a range and the IO manager makes the key a file name, so a name from a
 file (``../x``, ``a...b``, 300 characters) never reaches either as it is. Assets turn the key back
 into the stored name with :func:`benchmark_of`.
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-from sparseeval.names import benchmark_for, slug
+from sparseeval.data.names import benchmark_for, slug
 
 BENCHMARK_PARTITIONS = "benchmark"
 benchmark_partitions = dg.DynamicPartitionsDefinition(name=BENCHMARK_PARTITIONS)

@@ -1,6 +1,6 @@
 """Dagster resources: thin handles on the library's DuckDB store, MLflow tracking and settings.
 
-Every default and its environment variable lives in :mod:`sparseeval.settings` (the CLI reads the
+Every default and its environment variable lives in :mod:`sparseeval.core.settings` (the CLI reads the
 same module). A variable that is set is passed as ``dg.EnvVar`` (the UI shows it as coming from the
 environment, and its value is read when the run starts); an unset one takes the default.
 """
@@ -12,14 +12,14 @@ from typing import Any
 
 import dagster as dg
 
-from sparseeval import settings as defaults
-from sparseeval.comparison import ComparisonSettings
-from sparseeval.hub_sources import HubSource, parse_sources, parse_tasks
-from sparseeval.matrix_store import MatrixStore
-from sparseeval.refresh_policy import FitSettings
-from sparseeval.store import Store
-from sparseeval.synthetic import generate_leaderboard, write_leaderboard
-from sparseeval.tracking import TrackingConfig
+from sparseeval.core import settings as defaults
+from sparseeval.data.access.hub_sources import HubSource, parse_sources, parse_tasks
+from sparseeval.data.access.matrix_store import MatrixStore
+from sparseeval.data.store import Store
+from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.publish.comparison import ComparisonSettings
+from sparseeval.publish.refresh_policy import FitSettings
+from sparseeval.publish.tracking import TrackingConfig
 
 
 def _env_or(name: str, default: Any = None) -> Any:
@@ -59,7 +59,7 @@ class TrackingResource(dg.ConfigurableResource):
 
 
 class SourceResource(dg.ConfigurableResource):
-    """Where raw results come from: comma-separated sources (:func:`sparseeval.hub_sources.parse_sources`):
+    """Where raw results come from: comma-separated sources (:func:`sparseeval.data.access.hub_sources.parse_sources`):
     folders of result units (files or unit folders) in any supported format, ``hf://datasets/ORG/REPO[@rev]``
     and ``hf://datasets/ORG/GLOB``. Every folder is ingested and watched; Hub repos are fetched incrementally.
 
@@ -101,7 +101,7 @@ _FIT, _COMPARE = FitSettings(), ComparisonSettings()
 
 class SettingsResource(dg.ConfigurableResource):
     """Selection, publishing and comparison settings shared by every asset of a run
-    (defaults: :mod:`sparseeval.settings`)."""
+    (defaults: :mod:`sparseeval.core.settings`)."""
 
     # the library's defaults (FitSettings, ComparisonSettings), as Dagster config the UI shows and edits
     k: int = _FIT.k
@@ -164,7 +164,7 @@ class SettingsResource(dg.ConfigurableResource):
 
 
 def default_resources() -> dict[str, Any]:
-    """Resources configured from :mod:`sparseeval.settings` (environment variables or defaults)."""
+    """Resources configured from :mod:`sparseeval.core.settings` (environment variables or defaults)."""
     from pipelines.io_managers import MatrixIOManager
 
     root = defaults.data_dir()

@@ -6,7 +6,7 @@ persistent Dagster instance (``DAGSTER_HOME``), so every run, materialization an
 visible in the Dagster UI afterwards. Run again on unchanged data, every benchmark skips its fit
 and says why, and nothing is republished. The comparison of methods comes last, in its own runs, so
 it never delays a publication; a benchmark with few new models keeps its last comparison until the
-weekly schedule (:func:`sparseeval.comparison.comparison_due` says which).
+weekly schedule (:func:`sparseeval.publish.comparison.comparison_due` says which).
 """
 
 import argparse
@@ -19,10 +19,10 @@ import dagster as dg
 
 from pipelines.definitions import defs
 from pipelines.partitions import add_benchmarks, partition_key
-from sparseeval import settings
-from sparseeval.comparison import ComparisonSettings, comparison_due
-from sparseeval.refresh_probe import summary as probe_summary
-from sparseeval.store import Store
+from sparseeval.core import settings
+from sparseeval.data.store import Store
+from sparseeval.publish.comparison import ComparisonSettings, comparison_due
+from sparseeval.publish.refresh_probe import summary as probe_summary
 
 #: step-level DEBUG events stay in the Dagster UI; the terminal gets INFO (progress and results)
 INFO_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}

@@ -10,26 +10,26 @@ The public API is re-exported lazily (``import sparseeval`` stays cheap; torch i
 from importlib import import_module
 from typing import Any
 
-__version__ = "0.1.0"
+from sparseeval.core import __version__
 
 #: public name -> module that defines it
 _EXPORTS = {
-    "predict": "sparseeval.predicting",
-    "compare": "sparseeval.predicting",
-    "fit_predictor": "sparseeval.fitting",
-    "Prediction": "sparseeval.predicting",
-    "Comparison": "sparseeval.predicting",
-    "load_predictor": "sparseeval.artifact",
-    "save_predictor": "sparseeval.artifact",
-    "read_answers": "sparseeval.answers",
-    "read_data": "sparseeval.sources",
-    "build_matrix": "sparseeval.matrix",
-    "make_split": "sparseeval.splits",
-    "make_estimator": "sparseeval.methods",
-    "available_methods": "sparseeval.methods",
-    "run_protocol": "sparseeval.evaluation",
-    "summarize": "sparseeval.evaluation",
-    "Store": "sparseeval.store",
+    "predict": "sparseeval.estimate.predicting",
+    "compare": "sparseeval.estimate.predicting",
+    "fit_predictor": "sparseeval.estimate.fitting",
+    "Prediction": "sparseeval.estimate.predicting",
+    "Comparison": "sparseeval.estimate.predicting",
+    "load_predictor": "sparseeval.estimate.artifact",
+    "save_predictor": "sparseeval.estimate.artifact",
+    "read_answers": "sparseeval.data.access.answers",
+    "read_data": "sparseeval.data.access.sources",
+    "build_matrix": "sparseeval.data.matrix",
+    "make_split": "sparseeval.estimate.splits",
+    "make_estimator": "sparseeval.estimate.methods",
+    "available_methods": "sparseeval.estimate.methods",
+    "run_protocol": "sparseeval.estimate.evaluation",
+    "summarize": "sparseeval.estimate.evaluation",
+    "Store": "sparseeval.data.store",
 }
 
 __all__ = ["__version__", *_EXPORTS]

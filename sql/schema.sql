@@ -1,6 +1,6 @@
--- sparseeval store: DuckDB DDL, applied idempotently by sparseeval.store.Store.apply_schema.
+-- sparseeval store: DuckDB DDL, applied idempotently by sparseeval.data.store.Store.apply_schema.
 -- Keys are the natural keys of the data, so re-ingesting the same rows changes nothing.
--- Scores are CHECKed to [0, 1] here as a last line of defence behind sparseeval.validation.
+-- Scores are CHECKed to [0, 1] here as a last line of defence behind sparseeval.data.validation.
 
 -- Layout version of this file; a store written by another layout is refused with a clear message.
 CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -122,7 +122,7 @@ CREATE TABLE IF NOT EXISTS anchor_sets (
     content_hash   VARCHAR,              -- sha256 of (benchmark, method, k, seed, items, weights)
     mlflow_run_id  VARCHAR,
     artifact_uri   VARCHAR,              -- the predictor version folder fitted on these anchors
-    -- lifecycle (sparseeval/lifecycle.py holds the table of allowed changes; every change is also
+    -- lifecycle (sparseeval/data/lifecycle.py holds the table of allowed changes; every change is also
     -- appended to role_changes): 'candidate' (fitted, checks not decided), 'proposed' (passed the
     -- checks, publication pending in publications), 'champion' (published; one per benchmark),
     -- 'challenger' (published under the alias challenger, for comparison only), 'retired' (was
@@ -143,7 +143,7 @@ ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS reason VARCHAR;
 ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS fit_key VARCHAR;
 -- the publishing checks' outcomes (JSON: name -> {passed, ...}), written with the decision
 ALTER TABLE anchor_sets ADD COLUMN IF NOT EXISTS checks VARCHAR;
--- the frontier self-check (sparseeval.evaluation.frontier_selfcheck): the set's method refitted on the
+-- the frontier self-check (sparseeval.estimate.evaluation.frontier_selfcheck): the set's method refitted on the
 -- weakest 90 % of its own fitting models and scored on the strongest 10 % (models stronger than every
 -- model it learned from): MAE and bias (points), interval coverage, share flagged, share outside the
 -- interval and not flagged (the silent misses the publishing check bounds), and how many models
@@ -168,7 +168,7 @@ CREATE TABLE IF NOT EXISTS role_changes (
 );
 
 CREATE SEQUENCE IF NOT EXISTS publication_id_seq START 1;
--- One row per publication of an anchor set under an MLflow alias (sparseeval/publishing.py, its only
+-- One row per publication of an anchor set under an MLflow alias (sparseeval/publish/publishing.py, its only
 -- writer): the intent is written first, each step is recorded as it completes, so a publication cut
 -- short anywhere is resumed by the next one and converges (step: intent -> registered -> swapped ->
 -- done, or abandoned with a reason).
@@ -249,14 +249,14 @@ ALTER TABLE predictions ADD COLUMN IF NOT EXISTS ood_reason VARCHAR;
 -- its failed cut, the probe's "answer the first 40 items of its probe" at its level, ...), NULL when nothing
 ALTER TABLE predictions ADD COLUMN IF NOT EXISTS warnings VARCHAR;
 -- which stage gave the number: 'anchors' (the anchors' conformal estimate) or 'probe' (the design-based
--- estimate of the model's random probe, sparseeval/probe.py); the probe items it used and still asks for;
+-- estimate of the model's random probe, sparseeval/estimate/probe.py); the probe items it used and still asks for;
 -- the anchors' own estimate beside a probe's
 ALTER TABLE predictions ADD COLUMN IF NOT EXISTS stage VARCHAR DEFAULT 'anchors';
 ALTER TABLE predictions ADD COLUMN IF NOT EXISTS probe_items INTEGER DEFAULT 0;
 ALTER TABLE predictions ADD COLUMN IF NOT EXISTS probe_next INTEGER DEFAULT 0;
 ALTER TABLE predictions ADD COLUMN IF NOT EXISTS anchors_predicted DOUBLE;
 
--- Hugging Face Hub dataset repos (sparseeval.hub_sources): per repo and requested revision, the commit
+-- Hugging Face Hub dataset repos (sparseeval.data.hub_sources): per repo and requested revision, the commit
 -- sha last ingested, so an unchanged repo costs one metadata call; and per file the blob id ingested,
 -- so a new revision downloads only the files that are new or changed.
 CREATE TABLE IF NOT EXISTS hub_revisions (

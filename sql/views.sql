@@ -86,7 +86,7 @@ ORDER BY benchmark, created_at DESC, anchor_set_id DESC;
 
 -- The joint predictor's frontier self-check output by output and cut by cut (cut_on): 'mean', refitted below
 -- the 90th percentile of its fitting models' mean score and scored on the stronger rest, every output
--- (sparseeval.evaluation.joint_frontier_selfcheck); a benchmark's name, refitted below that benchmark's own
+-- (sparseeval.estimate.evaluation.joint_frontier_selfcheck); a benchmark's name, refitted below that benchmark's own
 -- 90th percentile, that output only (joint_own_cut_selfcheck). Newest first; frontier_selfcheck above shows
 -- the mean output's 'mean' row. Every row must pass the publishing check.
 CREATE OR REPLACE VIEW joint_frontier_selfcheck AS

@@ -24,7 +24,7 @@ def _share_cores_between_xdist_workers() -> None:
 
     Every worker would otherwise start as many spinning OpenMP threads as there are cores, so
     ``-n 2`` on two cores runs four busy threads that mostly wait for each other (see
-    :func:`sparseeval.device.cpu_threads`). Runs at import, before any test module imports torch or
+    :func:`sparseeval.estimate.methods.device.cpu_threads`). Runs at import, before any test module imports torch or
     NumPy, and only sets what the caller has not chosen; the subprocesses tests start inherit it.
     """
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
@@ -153,7 +153,7 @@ def db_fingerprint() -> Callable[[Path], dict[str, tuple[int, int]]]:
     """
     import duckdb
 
-    from sparseeval.store import TABLES
+    from sparseeval.data.store import TABLES
 
     def fingerprint(db: Path) -> dict[str, tuple[int, int]]:
         con = duckdb.connect(str(db), read_only=True)
@@ -171,8 +171,8 @@ def synthetic_matrix():
     """A small synthetic leaderboard benchmark as a ResponseMatrix (160 models x ~90 items)."""
     import polars as pl
 
-    from sparseeval.matrix import build_matrix
-    from sparseeval.synthetic import generate_leaderboard
+    from sparseeval.data.matrix import build_matrix
+    from sparseeval.data.synthetic import generate_leaderboard
 
     lb = generate_leaderboard(n_families=16, models_per_family=10, benchmarks={"arc": 150}, seed=3)
     responses = lb.responses.rename({"correct": "score"}).with_columns(pl.col("score").cast(pl.Float64))
@@ -182,6 +182,6 @@ def synthetic_matrix():
 @pytest.fixture(scope="session")
 def openllm_parsed(openllm_dir: Path):
     """The real data read once per session through the project's own reader."""
-    from sparseeval.sources import read_data
+    from sparseeval.data.access.sources import read_data
 
     return read_data(openllm_dir)

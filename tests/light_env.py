@@ -21,6 +21,6 @@ class _Absent(importlib.abc.MetaPathFinder):
 
 if __name__ == "__main__":
     sys.meta_path.insert(0, _Absent())
-    from sparseeval.cli import main
+    from sparseeval.interfaces.cli import main
 
     sys.exit(main(sys.argv[1:]))

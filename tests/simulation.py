@@ -18,7 +18,7 @@ The days play, in a cycle of 12: new models every day except quiet days; a new b
 re-run of an old file; a bad file; a settings change; a benchmark turned into pure noise (its champion
 must stay) and one of pure noise from the start (never published); ``sparseeval ingest`` into the store
 between ticks; anchor-only newcomers; and, on one day, a refresh run in a process of its own killed
-(SIGKILL) at every publication step boundary in turn (:data:`sparseeval.publishing.FAILPOINTS`):
+(SIGKILL) at every publication step boundary in turn (:data:`sparseeval.publish.publishing.FAILPOINTS`):
 killed at the first, retried and killed at the next, each retry starting from the state the last
 kill left, until the last retry runs to its end. Why one day of six kills rather than six days of one:
 a retry must then recover from a crash in the middle of recovering, and every kill costs one refresh,
@@ -57,12 +57,12 @@ import polars as pl
 from pipelines.automation import comparison_sensor, joint_sensor, new_results_sensor, stale_benchmarks_sensor
 from pipelines.io_managers import MatrixIOManager
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
-from sparseeval.methods.joint import JOINT_METHOD
-from sparseeval.names import slug
-from sparseeval.publishing import FAILPOINTS, audit, leftovers
-from sparseeval.store import Store
-from sparseeval.synthetic import SyntheticLeaderboard, generate_leaderboard, scrambled, write_leaderboard
-from sparseeval.tracking import registered_versions
+from sparseeval.data.names import slug
+from sparseeval.data.store import Store
+from sparseeval.data.synthetic import SyntheticLeaderboard, generate_leaderboard, scrambled, write_leaderboard
+from sparseeval.estimate.methods.joint import JOINT_METHOD
+from sparseeval.publish.publishing import FAILPOINTS, audit, leftovers
+from sparseeval.publish.tracking import registered_versions
 
 SENSORS = (new_results_sensor, stale_benchmarks_sensor, comparison_sensor, joint_sensor)
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
@@ -232,7 +232,7 @@ class Simulation:
             lb = self._drift_noise(self._slice(self.world, models, pair), day)
             if phase in CLI_DAYS:
                 write_leaderboard(lb, self.outside / f"day-{day:03d}")
-                from sparseeval.cli import main as cli
+                from sparseeval.interfaces.cli import main as cli
 
                 if cli(["-q", "ingest", str(self.outside / f"day-{day:03d}"), "--db",
                         str(self.root / "sparseeval.duckdb")]) != 0:
@@ -411,7 +411,7 @@ class Simulation:
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
-        from sparseeval.benchmarks import registered_model_name
+        from sparseeval.data.benchmarks import registered_model_name
 
         client = MlflowClient(self.resources()["tracking"].config().resolved_tracking_uri)
         predictors = Path(self.settings["predictor_dir"])

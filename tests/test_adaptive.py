@@ -10,11 +10,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval import cli
-from sparseeval.adaptive import order_of
-from sparseeval.artifact import PredictorArtifact, load_predictor
-from sparseeval.fitting import fit_predictor
-from sparseeval.predicting import TooFewAnchorsError, predict
+from sparseeval.estimate.adaptive import order_of
+from sparseeval.estimate.artifact import PredictorArtifact, load_predictor
+from sparseeval.estimate.fitting import fit_predictor
+from sparseeval.estimate.predicting import TooFewAnchorsError, predict
+from sparseeval.interfaces import cli
 
 N_FIT, N_HELD, N_ITEMS, K = 900, 600, 50, 12
 

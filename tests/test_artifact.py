@@ -12,14 +12,15 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval import calibration as cal
-from sparseeval.answers import read_answers
-from sparseeval.artifact import ArtifactError, harness_location, load_predictor
-from sparseeval.cli import main
-from sparseeval.export import anchor_table, lm_eval_samples, write_export
-from sparseeval.fitting import fit_predictor
-from sparseeval.predicting import TooFewAnchorsError, predict
-from sparseeval.readers.base import InputError
+from sparseeval.data.access.answers import read_answers
+from sparseeval.data.readers.base import InputError
+from sparseeval.estimate import calibrate
+from sparseeval.estimate import calibration as cal
+from sparseeval.estimate.artifact import ArtifactError, harness_location, load_predictor
+from sparseeval.estimate.fitting import fit_predictor
+from sparseeval.estimate.predicting import TooFewAnchorsError, predict
+from sparseeval.interfaces.cli import main
+from sparseeval.interfaces.export import anchor_table, lm_eval_samples, write_export
 
 #: the method the scoring tests publish (fast and deterministic)
 METHOD = "sparseeval-linear"
@@ -141,8 +142,8 @@ def test_missing_anchors_widen_and_too_few_refused(fitted) -> None:
 def test_missing_count_tables_measure_a_grid_and_never_narrow_between_its_counts() -> None:
     """Every missing count up to ten is measured; above, a geometric grid to K // 2, and a count between two
     grid counts takes the larger one's width (missing answers only lose information: never narrower)."""
-    assert cal.missing_grid(10) == list(range(11)) and cal.missing_grid(0) == [0]
-    assert cal.missing_grid(60) == [*range(11), 13, 17, 22, 28, 35, 44, 55, 60]
+    assert calibrate.missing_grid(10) == list(range(11)) and calibrate.missing_grid(0) == [0]
+    assert calibrate.missing_grid(60) == [*range(11), 13, 17, 22, 28, 35, 44, 55, 60]
     responses, scores = irt_long(n_items=60)
     art = fit_predictor(responses, scores, "toy", 40, METHOD, seed=1)
     for name in ("q_by_missing", "q_pair_by_missing"):
@@ -233,7 +234,7 @@ def test_cli_fit_export_predict_compare(tmp_path: Path, capsys) -> None:
 
 def test_answers_from_an_lm_eval_folder(tmp_path: Path) -> None:
     """Answers read from lm-eval samples: metric, filter (strict-match for gsm8k), MMLU ids, bad lines."""
-    from sparseeval.answers import read_answers
+    from sparseeval.data.access.answers import read_answers
 
     folder = tmp_path / "org__model"
     folder.mkdir()

@@ -18,10 +18,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sparseeval.cli import main as cli_main
-from sparseeval.readers.base import InputError, ParsedResults
-from sparseeval.store import Store
-from sparseeval.validation import validate_results
+from sparseeval.data.readers.base import InputError, ParsedResults
+from sparseeval.data.readers.validation import validate_results
+from sparseeval.data.store import Store
+from sparseeval.interfaces.cli import main as cli_main
 from tests.support import make_long_frames
 
 HEADER = "model,benchmark,item_id,correct\n"
@@ -245,7 +245,7 @@ def test_cli_ingest_mixed_folder_exits_nonzero_naming_refused_files(tmp_path: Pa
     assert "2 stored, 0 partly stored, 1 skipped, 3 refused ->" in out
 
     env = {**os.environ, "SPARSEEVAL_DB": str(tmp_path / "env.duckdb")}
-    proc = subprocess.run([sys.executable, "-m", "sparseeval.cli", "ingest", str(folder)], env=env,
+    proc = subprocess.run([sys.executable, "-m", "sparseeval.interfaces.cli", "ingest", str(folder)], env=env,
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     for name in bad:

@@ -15,9 +15,9 @@ import torch
 from scipy import stats
 from sklearn.cluster import KMeans
 
-from sparseeval.methods import AnchorEstimator, make_estimator
-from sparseeval.methods.baselines import fit_linear_map, item_vectors, kmeans_anchors
-from sparseeval.methods.irt import LAMBDA_GRID, estimate_theta, fit_irt
+from sparseeval.estimate.methods import AnchorEstimator, make_estimator
+from sparseeval.estimate.methods.baselines import fit_linear_map, item_vectors, kmeans_anchors
+from sparseeval.estimate.methods.irt import LAMBDA_GRID, estimate_theta, fit_irt
 from tests.support import needs_real_data
 
 METHODS = ["random", "random-linear", "anchor-points", "irt", "p-irt", "gp-irt"]
@@ -191,9 +191,9 @@ def test_k_larger_than_pool_is_rejected(data):
 @needs_real_data
 def test_real_arc_k20_side_by_side():
     """On real ARC results every baseline ranks held-out models well at K=20 (fit on train only)."""
-    from sparseeval.matrix import build_matrix
-    from sparseeval.metrics import score_metrics
-    from sparseeval.splits import make_split
+    from sparseeval.data.matrix import build_matrix
+    from sparseeval.estimate.metrics import score_metrics
+    from sparseeval.estimate.splits import make_split
 
     resp = pl.read_parquet(DATA / "responses.parquet").rename({"correct": "score"})
     m = build_matrix(resp, pl.read_parquet(DATA / "scores.parquet"), "arc")

@@ -1,4 +1,4 @@
-"""The lift at the top of the training range (sparseeval/beyond.py, issue 29): predictions pulled
+"""The lift at the top of the training range (sparseeval/estimate/beyond.py, issue 29): predictions pulled
 toward the best training model are moved up by what the calibration models' errors allow, inside the
 range nothing moves, and a predictor calibrated before the lift existed predicts exactly as it did."""
 
@@ -8,13 +8,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval import calibration as cal
-from sparseeval.beyond import TAIL_SIGMAS, fit_beyond, shift
-from sparseeval.evaluation import ProtocolConfig, calibration_split, fit_on_split, split_for_seed
-from sparseeval.frontier import guarded_predictions, interval_figures
-from sparseeval.matrix import build_matrix
-from sparseeval.settings import DEFAULT_BEYOND_PRIOR, DEFAULT_K, DEFAULT_METHOD
-from sparseeval.synthetic import generate_leaderboard
+from sparseeval.core.settings import DEFAULT_BEYOND_PRIOR, DEFAULT_K, DEFAULT_METHOD
+from sparseeval.data.matrix import build_matrix
+from sparseeval.data.synthetic import generate_leaderboard
+from sparseeval.estimate import calibrate
+from sparseeval.estimate import calibration as cal
+from sparseeval.estimate.beyond import TAIL_SIGMAS, fit_beyond, shift
+from sparseeval.estimate.evaluation import ProtocolConfig, calibration_split, fit_on_split, split_for_seed
+from sparseeval.estimate.frontier import guarded_predictions, interval_figures
 
 
 def _truncated_board(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -95,7 +96,8 @@ def test_on_the_real_leaderboard_the_lift_cuts_the_frontier_bias_and_leaves_the_
         est = fit_on_split(m, split, DEFAULT_METHOD, DEFAULT_K, 0, device="cpu")
         X = m.with_nan()[:, est.anchors_]
         for lift in (0.0, DEFAULT_BEYOND_PRIOR):
-            c = cal.calibrate(est, X[cal_rows], s[cal_rows], X[split.train], s_train=s[split.train], beyond_prior=lift)
+            c = calibrate.calibrate(est, X[cal_rows], s[cal_rows], X[split.train], s_train=s[split.train],
+                                    beyond_prior=lift)
             assert ("beyond" in c) == (lift > 0)
             g = guarded_predictions(est, c, X[split.test])
             figures[policy, lift] = (interval_figures(g, s[split.test]), g.pred)
@@ -124,7 +126,7 @@ def test_only_regression_heads_are_lifted() -> None:
     for method in ("random", "anchor-points", "irt", "random-linear"):
         est = fit_on_split(m, split, method, 8, 0, device="cpu")
         X = m.with_nan()[:, est.anchors_]
-        c = cal.calibrate(est, X[cal_rows], s[cal_rows], X[split.train], s_train=s[split.train])
+        c = calibrate.calibrate(est, X[cal_rows], s[cal_rows], X[split.train], s_train=s[split.train])
         stored[method] = "beyond" in c
         if not est.lifted_at_top:
             raw = est.predict(cal.conditional_impute(X[split.test], c["ood"]))

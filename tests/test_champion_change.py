@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparseeval.artifact import load_predictor
-from sparseeval.publishing import Publisher, audit, record_decision
+from sparseeval.estimate.artifact import load_predictor
+from sparseeval.publish.publishing import Publisher, audit, record_decision
 from tests.test_lifecycle import PASSED, _world
 
 

@@ -5,7 +5,7 @@ must exit non-zero with exactly one line on stderr that names the argument and s
 row names the reason its line must give: a line that names the argument but gives a wrong reason,
 such as "locked by another writer" for a folder, fails), print no traceback, and leave every file it
 was given byte-for-byte unchanged (and write nothing beside them). The commands run in-process
-through :func:`sparseeval.cli.main`, the function the console script calls, so an exception escaping
+through :func:`sparseeval.interfaces.cli.main`, the function the console script calls, so an exception escaping
 it is exactly the traceback a user would see; a few rows also go through a real subprocess.
 
 Accepted rather than refused, on purpose (and asserted below):
@@ -32,7 +32,7 @@ import duckdb
 import polars as pl
 import pytest
 
-from sparseeval.cli import main
+from sparseeval.interfaces.cli import main
 from tests.support import make_long_frames
 
 N_ITEMS = 10
@@ -303,7 +303,7 @@ def test_bad_input_gets_one_line_and_changes_nothing(inputs: Path, argv: Callabl
 
 
 def test_table_covers_every_command() -> None:
-    from sparseeval.cli import COMMANDS
+    from sparseeval.interfaces.cli import COMMANDS
 
     covered = {row[1](Path("/x"))[0] for row in ROWS}
     assert covered == set(COMMANDS)
@@ -340,7 +340,7 @@ def test_the_console_script_prints_one_line_for_a_foreign_duckdb(inputs: Path) -
     """The same refusal through a real process: exit 2, one line, no traceback, the file unchanged."""
     other = inputs / "foreign.duckdb"
     before = hashlib.sha256(other.read_bytes()).hexdigest()
-    done = subprocess.run([sys.executable, "-m", "sparseeval.cli", "ingest", "--db", str(other),
+    done = subprocess.run([sys.executable, "-m", "sparseeval.interfaces.cli", "ingest", "--db", str(other),
                            str(inputs / "data")], capture_output=True, text=True, timeout=120)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and "Traceback" not in done.stderr
@@ -349,7 +349,7 @@ def test_the_console_script_prints_one_line_for_a_foreign_duckdb(inputs: Path) -
 
 
 def test_the_console_script_prints_one_line_for_a_bad_option() -> None:
-    done = subprocess.run([sys.executable, "-m", "sparseeval.cli", "evaluate", "--data", ".", "-k", "0"],
+    done = subprocess.run([sys.executable, "-m", "sparseeval.interfaces.cli", "evaluate", "--data", ".", "-k", "0"],
                           capture_output=True, text=True, timeout=120)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "-k" in lines[0] and "Traceback" not in done.stderr

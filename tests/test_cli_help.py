@@ -10,7 +10,7 @@ import re
 import pytest
 
 import sparseeval
-from sparseeval.cli import COMMANDS, build_parser, main
+from sparseeval.interfaces.cli import COMMANDS, build_parser, main
 
 #: what a developer's docstring leaks into a user's help: reST roles and literals, notes about imports
 DEVELOPER_TEXT = re.compile(r"``|:(mod|func|class|meth|data|attr):|Module-level|import(s|ed)? |^\s*\.\. \w+::", re.M)
@@ -52,7 +52,7 @@ def test_options_name_the_variable_they_override(name: str, option: str, env: st
 def test_fit_and_evaluate_default_to_the_same_method(monkeypatch: pytest.MonkeyPatch) -> None:
     fit = next(a for a in _command_parser("fit")._actions if a.dest == "method")
     evaluate = next(a for a in _command_parser("evaluate")._actions if a.dest == "method")
-    assert [fit.default] == evaluate.default == [sparseeval.settings.DEFAULT_METHOD]
+    assert [fit.default] == evaluate.default == [sparseeval.core.settings.DEFAULT_METHOD]
     monkeypatch.setenv("SPARSEEVAL_METHOD", "random-linear")
     fit = next(a for a in _command_parser("fit")._actions if a.dest == "method")
     evaluate = next(a for a in _command_parser("evaluate")._actions if a.dest == "method")

@@ -18,12 +18,12 @@ import duckdb
 import polars as pl
 import pytest
 
-from sparseeval.store import Store, StoreLockedError
+from sparseeval.data.store import Store, StoreLockedError
 
 READER = r"""
 import json, sys, time
 from pathlib import Path
-from sparseeval.store import Store
+from sparseeval.data.store import Store
 db, stop, out, ready = sys.argv[1:5]
 store = Store(db)
 states, errors = [], []
@@ -46,7 +46,7 @@ Path(out).write_text(json.dumps({"states": states, "errors": errors}))
 
 WRITER = r"""
 import logging, sys
-from sparseeval.store import Store
+from sparseeval.data.store import Store
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
 report = Store(sys.argv[1]).ingest(sys.argv[2:])
 sys.exit(0 if report.ok else 1)

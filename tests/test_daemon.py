@@ -22,7 +22,7 @@ import dagster as dg
 import pytest
 from dagster._core.instance.ref import InstanceRef
 
-from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
 from tests.test_pipeline import _renamed
 
 REPO = Path(__file__).resolve().parents[1]

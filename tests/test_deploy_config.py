@@ -1,6 +1,6 @@
 """Every deployment config the project ships or documents is valid, checked without a server.
 
-The YAML blocks of ``docs/*.md``, ``pipelines/*.yaml`` and ``sparseeval/serve/*.yaml`` are loaded as
+The YAML blocks of ``docs/*.md``, ``pipelines/*.yaml`` and ``sparseeval/interfaces/serve/*.yaml`` are loaded as
 Dagster instance configs: Dagster's top-level instance schema, then each named class's own schema
 (``K8sRunLauncher``'s included), so a misspelt key or a key a launcher does not take fails here
 rather than on a cluster. The served mode's ``dagster.yaml`` is shown verbatim in ``docs/deploy.md``
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sparseeval.serve import bootstrap as boot
-from sparseeval.serve.bootstrap import INSTANCE_YAML
+from sparseeval.interfaces.serve import bootstrap as boot
+from sparseeval.interfaces.serve.bootstrap import INSTANCE_YAML
 
 REPO = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^( *)```ya?ml\n(.*?)^\1```", re.M | re.S)  #: indented inside a list item too
@@ -38,7 +38,8 @@ def _doc_blocks() -> list[tuple[str, str]]:
 
 
 CONFIGS = [*[(str(p.relative_to(REPO)), p.read_text())
-             for p in sorted([*(REPO / "pipelines").glob("*.yaml"), *(REPO / "sparseeval" / "serve").glob("*.yaml")])],
+             for p in sorted([*(REPO / "pipelines").glob("*.yaml"),
+                              *(REPO / "sparseeval" / "interfaces" / "serve").glob("*.yaml")])],
            *_doc_blocks()]
 #: the sections of dagster.yaml that name a class whose own schema checks their ``config``
 CLASS_SECTIONS = ("run_launcher", "run_coordinator", "run_storage", "event_log_storage", "schedule_storage",

@@ -11,8 +11,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.cli import main
-from sparseeval.evaluation import (
+from sparseeval.data.matrix import ResponseMatrix, build_matrix
+from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.estimate.evaluation import (
     ProtocolConfig,
     fit_on_split,
     run_protocol,
@@ -21,10 +22,9 @@ from sparseeval.evaluation import (
     split_rows,
     summarize,
 )
-from sparseeval.matrix import ResponseMatrix, build_matrix
-from sparseeval.methods import available_methods, make_estimator
-from sparseeval.metrics import score_metrics
-from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.estimate.methods import available_methods, make_estimator
+from sparseeval.estimate.metrics import score_metrics
+from sparseeval.interfaces.cli import main
 
 
 def test_all_methods_share_each_seeds_split(synthetic_matrix: ResponseMatrix) -> None:

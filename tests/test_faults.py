@@ -22,8 +22,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparseeval.store import Store
-from sparseeval.store.connection import (
+from sparseeval.data.store import Store
+from sparseeval.data.store.connection import (
     Connections,
     StoreDamagedError,
     StoreLockedError,
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _PRELUDE = r"""
 import sys, time
-from sparseeval.store.connection import Connections, PublishInterrupted, _run, _transaction
+from sparseeval.data.store.connection import Connections, PublishInterrupted, _run, _transaction
 db = sys.argv[1]
 """
 
@@ -116,8 +116,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def _doctor(db: Path, *extra: str, cli: bool = False) -> subprocess.CompletedProcess:
     """``sparseeval doctor`` in a subprocess: through the full CLI (``cli=True``: imports every command,
-    torch included, ~5 s), or the same command module run alone (``python -m sparseeval.commands.doctor``)."""
-    entry = ["sparseeval.cli", "doctor"] if cli else ["sparseeval.commands.doctor"]
+    torch included, ~5 s), or the same command module run alone
+    (``python -m sparseeval.interfaces.commands.doctor``)."""
+    entry = ["sparseeval.interfaces.cli", "doctor"] if cli else ["sparseeval.interfaces.commands.doctor"]
     return subprocess.run([sys.executable, "-m", *entry, "--db", str(db), *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
 
@@ -179,7 +180,7 @@ def test_publish_failure_after_commit_is_reported_and_repaired(store: Connection
                                                                caplog) -> None:
     db, snap = store.path, store.snapshot_path
     monkeypatch.setattr(Connections, "_copy_snapshot", _disk_full)
-    with caplog.at_level(logging.WARNING, logger="sparseeval.store.connection"):
+    with caplog.at_level(logging.WARNING, logger="sparseeval.data.store.connection"):
         _put(store, "b", "2")  # no exception: the transaction committed
     assert store.last_publish_error == "OSError: No space left on device"
     assert "stored, but the read-only snapshot" in caplog.text and "not refreshed" in caplog.text
@@ -287,7 +288,7 @@ def test_analyst_holding_the_database_fails_writers_fast_and_readers_are_told(st
     try:
         _wait_for(analyst, "holding")
         started = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="sparseeval.store.connection"):
+        with caplog.at_level(logging.WARNING, logger="sparseeval.data.store.connection"):
             assert _read(store) == A + NO_BULK  # the older snapshot, with a warning
         assert "is older than the database" in caplog.text and "No space left on device" in caplog.text
         assert time.monotonic() - started < 3

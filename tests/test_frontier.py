@@ -16,17 +16,19 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.adaptive import next_anchors
-from sparseeval.cli import main
-from sparseeval.evaluation import (
+from sparseeval.core.settings import DEFAULT_BEYOND_PRIOR
+from sparseeval.data.matrix import ResponseMatrix, build_matrix
+from sparseeval.data.synthetic import generate_leaderboard
+from sparseeval.estimate.adaptive import next_anchors
+from sparseeval.estimate.evaluation import (
     ProtocolConfig,
     calibration_split,
     evaluate_method,
     frontier_selfcheck,
     split_for_seed,
 )
-from sparseeval.fitting import fit_predictor
-from sparseeval.frontier import (
+from sparseeval.estimate.fitting import fit_predictor
+from sparseeval.estimate.frontier import (
     ALL_RIGHT,
     ALL_WRONG,
     AT_TOP,
@@ -40,12 +42,10 @@ from sparseeval.frontier import (
     reasons,
     selfcheck_note,
 )
-from sparseeval.matrix import ResponseMatrix, build_matrix
-from sparseeval.predicting import Prediction, open_for_extrapolation, predict
-from sparseeval.refresh import publishing_checks
-from sparseeval.settings import DEFAULT_BEYOND_PRIOR
-from sparseeval.splits import frontier_cut, make_split
-from sparseeval.synthetic import generate_leaderboard
+from sparseeval.estimate.predicting import Prediction, open_for_extrapolation, predict
+from sparseeval.estimate.splits import frontier_cut, make_split
+from sparseeval.interfaces.cli import main
+from sparseeval.publish.refresh import publishing_checks
 from tests.support import OPENLLM_DIR
 
 
@@ -264,7 +264,7 @@ def test_frontier_check_fails_silent_misses_above_the_threshold_and_says_the_num
 def test_a_saturating_predictor_fails_the_frontier_check_and_the_default_passes() -> None:
     """Strongest decile of the candidate's own models held out: anchors every strong model solves,
     with predictions left where the training range ends (no lift), saturate silently and fail; the
-    default (anchors with headroom, predictions lifted at the top: sparseeval/beyond.py) passes. The
+    default (anchors with headroom, predictions lifted at the top: sparseeval/estimate/beyond.py) passes. The
     lift alone also shrinks the saturating predictor's frontier error and its silent misses. At the
     strict bar of the nominal miscoverage (10 % silent misses): on 30-odd stronger models of a small
     synthetic board the methods sit a few models apart, so the default bar (0.15) would not tell them
@@ -337,7 +337,9 @@ def test_fit_runs_the_frontier_selfcheck_and_predict_warns_above_the_cut_it_fail
     capsys.readouterr()
     assert main(["fit", "--data", str(OPENLLM_DIR), "--benchmark", "mmlu", "--probe", "0", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    f = json.loads((out / "predictor.json").read_text())["extra"]["frontier"]
+    extra = json.loads((out / "predictor.json").read_text())["extra"]
+    assert "frontier" in extra, "fit saved the predictor without its frontier self-check"
+    f = extra["frontier"]
     assert f["measured"] and f["quantile"] == 0.9 and f["silent_misses"] > 0.15, f  # this benchmark's truth
     assert (f"frontier self-check, mmlu: refitted on the weakest 90 % of the fitting models, on the {f['n']} stronger "
             f"ones MAE {f['mae']:.2f} points, bias {f['bias']:+.2f}") in printed

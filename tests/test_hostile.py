@@ -14,12 +14,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sparseeval.answers import read_answers
-from sparseeval.matrix import build_matrix
-from sparseeval.readers.base import InputError
-from sparseeval.sources import read_data
-from sparseeval.splits import make_split
-from sparseeval.store import Store
+from sparseeval.data.access.answers import read_answers
+from sparseeval.data.access.sources import read_data
+from sparseeval.data.matrix import build_matrix
+from sparseeval.data.readers.base import InputError
+from sparseeval.data.store import Store
+from sparseeval.estimate.splits import make_split
 
 
 def _long(rows: list[tuple], **extra: list) -> pl.DataFrame:
@@ -95,7 +95,7 @@ def test_read_data_refuses_what_ingest_refuses(tmp_path: Path, tmp_db: Path) -> 
 
 def test_a_file_rewritten_during_ingest_stores_what_was_validated(tmp_path: Path, tmp_db: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    import sparseeval.store.ingest as ingest_module
+    import sparseeval.data.store.ingest as ingest_module
 
     path = _write(tmp_path / "live.parquet", _long([("m", "arc", str(i), 1.0) for i in range(50)]))
     real_bulk = ingest_module.bulk_long
@@ -322,7 +322,7 @@ def test_ctrl_c_stops_the_ingest_and_records_it_as_interrupted(tmp_path: Path) -
     for i in range(40):  # enough units that the interrupt lands in the middle
         _write(folder / f"part{i:02d}.parquet", _long([(f"m{i}", "arc", str(j), 1.0) for j in range(2000)]))
     db = tmp_path / "s.duckdb"
-    proc = subprocess.Popen([sys.executable, "-m", "sparseeval.cli", "ingest", str(folder), "--db", str(db)],
+    proc = subprocess.Popen([sys.executable, "-m", "sparseeval.interfaces.cli", "ingest", str(folder), "--db", str(db)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Ctrl-C a little after the first unit is stored (its progress line): a few units in, with ~35 to go
     # whatever the load (a unit takes ~60 ms here)
@@ -358,7 +358,7 @@ def test_ctrl_c_inside_a_read_stops_the_ingest_whatever_form_duckdb_gives_it(
     file (measured: 3 of 20 real Ctrl-C's under load). Each form must stop the ingest at that unit."""
     import duckdb
 
-    from sparseeval.store.ingest import default_reader
+    from sparseeval.data.store.ingest import default_reader
 
     folder = tmp_path / "many"
     folder.mkdir()
@@ -388,7 +388,7 @@ def test_ctrl_c_inside_a_read_stops_the_ingest_whatever_form_duckdb_gives_it(
 
 
 def test_a_genuine_reader_error_is_still_the_files_fault_and_the_ingest_goes_on(tmp_path: Path) -> None:
-    from sparseeval.store.ingest import default_reader
+    from sparseeval.data.store.ingest import default_reader
 
     folder = tmp_path / "many"
     folder.mkdir()
@@ -410,9 +410,9 @@ def test_a_genuine_reader_error_is_still_the_files_fault_and_the_ingest_goes_on(
 def test_settings_travel_to_the_predictor_export_and_predict(tmp_path: Path) -> None:
     import numpy as np
 
-    from sparseeval.commands.predict import predict_all
-    from sparseeval.export import lm_eval_commands
-    from sparseeval.fitting import fit_predictor
+    from sparseeval.estimate.fitting import fit_predictor
+    from sparseeval.interfaces.commands.predict import predict_all
+    from sparseeval.interfaces.export import lm_eval_commands
 
     rng = np.random.default_rng(0)
     ability = rng.normal(size=60)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sparseeval.hub_sources import HubFetcher, HubSource, parse_source, parse_sources
-from sparseeval.store import Store
+from sparseeval.data.access.hub_sources import HubFetcher, HubSource, parse_source, parse_sources
+from sparseeval.data.store import Store
 from tests.fixtures.formats import write_v1_details, write_v2_details
 from tests.hub_server import HubServer, Repo, files_from
 
@@ -171,7 +171,7 @@ def test_sensor_requests_one_ingest_of_new_revisions_and_the_run_shows_what_was_
 
 def test_cli_ingests_repos_and_folders_reports_unchanged_and_one_line_per_failed_repo(
         hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from sparseeval.cli import main
+    from sparseeval.interfaces.cli import main
 
     server, _store, _fetcher = hub
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cli-cache"))
@@ -221,7 +221,7 @@ def test_several_local_folders_are_all_watched_and_ingested(tmp_path: Path) -> N
 
 
 def test_rate_limit_past_the_retries_is_reported_and_nothing_recorded(hub) -> None:
-    from sparseeval.hub_sources import RETRIES
+    from sparseeval.data.access.hub_sources import RETRIES
 
     server, store, fetcher = hub
     server.repos["team/evals"].rate_limit = RETRIES + 1  # every attempt answered 429

@@ -10,17 +10,17 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.artifact import load_predictor
-from sparseeval.benchmarks import BenchmarkNameError, joint_benchmarks
-from sparseeval.evaluation import ProtocolConfig, run_joint_protocol, summarize
-from sparseeval.export import lm_eval_samples
-from sparseeval.fitting import fit_joint_predictor
-from sparseeval.joint_fit import fit_joint
-from sparseeval.matrix import ResponseMatrix, build_matrix
-from sparseeval.methods.joint import MEAN, JointSparseEval, forward_order, joint_data, ridge_gcv_multi
-from sparseeval.methods.proxies import ridge_gcv_from_gram
-from sparseeval.predicting import predict
-from sparseeval.splits import make_split
+from sparseeval.data.benchmarks import BenchmarkNameError, joint_benchmarks
+from sparseeval.data.matrix import ResponseMatrix, build_matrix
+from sparseeval.estimate.artifact import load_predictor
+from sparseeval.estimate.evaluation import ProtocolConfig, run_joint_protocol, summarize
+from sparseeval.estimate.fitting import fit_joint_predictor
+from sparseeval.estimate.joint_fit import fit_joint
+from sparseeval.estimate.methods.joint import MEAN, JointSparseEval, forward_order, joint_data, ridge_gcv_multi
+from sparseeval.estimate.methods.proxies import ridge_gcv_from_gram
+from sparseeval.estimate.predicting import predict
+from sparseeval.estimate.splits import make_split
+from sparseeval.interfaces.export import lm_eval_samples
 
 BENCHES = ("alpha", "beta", "gamma", "delta")
 
@@ -193,7 +193,7 @@ def test_joint_predictor_roundtrip_predict_and_export(tmp_path: Path) -> None:
 def test_fit_command_publishes_a_joint_predictor(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``sparseeval fit --method sparseeval-joint --benchmark a,b``: one folder, K per benchmark, and the
     usage errors a user meets (one benchmark only, a benchmark not in the data)."""
-    from sparseeval.cli import main
+    from sparseeval.interfaces.cli import main
 
     resp, scores = leaderboard(True, n_models=240, n_items=25)
     (tmp_path / "data").mkdir()
@@ -224,6 +224,6 @@ def test_a_benchmark_named_like_the_joint_predictor_is_refused_while_the_joint_p
         joint_benchmarks("arc,mmlu", ["arc", name, "mmlu"])
     assert joint_benchmarks("none", ["arc", name, "mmlu"]) == []  # joint off: the benchmark is just a benchmark
     assert joint_benchmarks("", ["arc", "jointly", "mmlu"]) == ["arc", "jointly", "mmlu"]  # no clash, no refusal
-    # "Joint" differs from "joint" only in case: the name encoding (sparseeval.names) gives it its own
+    # "Joint" differs from "joint" only in case: the name encoding (sparseeval.data.names) gives it its own
     # folder and registry entry (sparseeval-%4Aoint), so it no longer clashes with the joint predictor
     assert joint_benchmarks("", ["arc", "Joint", "mmlu"]) == ["Joint", "arc", "mmlu"]

@@ -18,11 +18,13 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 
-from sparseeval.artifact import load_predictor
-from sparseeval.cli import main as cli_main
-from sparseeval.commands.next import plan
-from sparseeval.evaluation import MIN_FRONTIER_MODELS, joint_frontier_selfcheck, joint_own_cut_selfcheck
-from sparseeval.frontier import (
+from sparseeval.data.access.matrix_store import MatrixStore
+from sparseeval.data.matrix import build_matrix
+from sparseeval.data.store import Store
+from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.estimate.artifact import load_predictor
+from sparseeval.estimate.evaluation import MIN_FRONTIER_MODELS, joint_frontier_selfcheck, joint_own_cut_selfcheck
+from sparseeval.estimate.frontier import (
     ALL_RIGHT,
     AT_TOP,
     ON_THE_MEAN,
@@ -34,17 +36,15 @@ from sparseeval.frontier import (
     opens_upward,
     own_cut_label,
 )
-from sparseeval.matrix import build_matrix
-from sparseeval.matrix_store import MatrixStore
-from sparseeval.methods.joint import JOINT_METHOD, MEAN, JointData, joint_data
-from sparseeval.predicting import predict
-from sparseeval.publishing import published_path
-from sparseeval.refresh import frontier_check
-from sparseeval.refresh_policy import FitSettings, refresh_joint
-from sparseeval.splits import frontier_cut, make_split
-from sparseeval.store import Store
-from sparseeval.synthetic import generate_leaderboard, write_leaderboard
-from sparseeval.tracking import TrackingConfig, ensure_experiment
+from sparseeval.estimate.methods.joint import JOINT_METHOD, MEAN, JointData, joint_data
+from sparseeval.estimate.predicting import predict
+from sparseeval.estimate.splits import frontier_cut, make_split
+from sparseeval.interfaces.cli import main as cli_main
+from sparseeval.interfaces.commands.next import plan
+from sparseeval.publish.publishing import published_path
+from sparseeval.publish.refresh import frontier_check
+from sparseeval.publish.refresh_policy import FitSettings, refresh_joint
+from sparseeval.publish.tracking import TrackingConfig, ensure_experiment
 
 pytestmark = pytest.mark.slow
 

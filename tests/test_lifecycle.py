@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from sparseeval.artifact import load_predictor
-from sparseeval.cli import main as cli_main
-from sparseeval.fitting import fit_predictor
-from sparseeval.lifecycle import ROLES, TRANSITIONS, IllegalTransitionError, check_transition, state_table_markdown
-from sparseeval.publishing import FAILPOINTS, Publisher, audit, leftovers, record_decision, save_version
-from sparseeval.refresh import Check
-from sparseeval.store import Store
-from sparseeval.synthetic import generate_leaderboard
+from sparseeval.data.lifecycle import ROLES, TRANSITIONS, IllegalTransitionError, check_transition, state_table_markdown
+from sparseeval.data.store import Store
+from sparseeval.data.synthetic import generate_leaderboard
+from sparseeval.estimate.artifact import load_predictor
+from sparseeval.estimate.fitting import fit_predictor
+from sparseeval.interfaces.cli import main as cli_main
+from sparseeval.publish.publishing import FAILPOINTS, Publisher, audit, leftovers, record_decision, save_version
+from sparseeval.publish.refresh import Check
 
 REPO = Path(__file__).resolve().parents[1]
 PASSED = [Check("beats_random_linear", True, {}), Check("anchors_valid", True, {})]
@@ -43,7 +43,7 @@ def test_state_table_is_closed_and_enforced() -> None:
 
 def _world(root: Path, method: str = "sparseeval-linear") -> dict:
     """A store with two fitted predictors of arc proposed (one as champion, one as challenger)."""
-    from sparseeval.tracking import TrackingConfig
+    from sparseeval.publish.tracking import TrackingConfig
 
     lb = generate_leaderboard(n_families=10, models_per_family=8, benchmarks={"arc": 40}, seed=1)
     store = Store(root / "sparseeval.duckdb")
@@ -62,14 +62,14 @@ def _world(root: Path, method: str = "sparseeval-linear") -> dict:
 
 
 def _versions(world: dict) -> list[str]:
-    from sparseeval.tracking import registered_versions
+    from sparseeval.publish.tracking import registered_versions
 
     return registered_versions(world["tracking"], benchmark="arc")
 
 
 def _publish_in_child(root: Path, point: str) -> int:
-    code = ("import sys; from pathlib import Path; from sparseeval.publishing import Publisher; "
-            "from sparseeval.store import Store; from sparseeval.tracking import TrackingConfig; "
+    code = ("import sys; from pathlib import Path; from sparseeval.publish.publishing import Publisher; "
+            "from sparseeval.data.store import Store; from sparseeval.publish.tracking import TrackingConfig; "
             "root = Path(sys.argv[1]); "
             "Publisher(Store(root / 'sparseeval.duckdb'), TrackingConfig(data_dir=root), root / 'predictors')"
             ".publish_open('arc')")
@@ -157,7 +157,7 @@ def test_the_default_method_is_registered_and_served_from_the_registry(tmp_path:
     import numpy as np
     import polars as pl
 
-    from sparseeval.tracking import download_predictor
+    from sparseeval.publish.tracking import download_predictor
 
     world = _world(tmp_path, method="sparseeval-mlp")
     Publisher(world["store"], world["tracking"], tmp_path / "predictors").publish_open("arc")

@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.cli import main
+from sparseeval.interfaces.cli import main
 
 pytest.importorskip("lm_eval")
 pytestmark = pytest.mark.slow

@@ -17,8 +17,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-import sparseeval.methods
-from sparseeval.cli import main
+import sparseeval.estimate.methods
+from sparseeval.interfaces.cli import main
 
 pytest.importorskip("lm_eval")
 
@@ -46,7 +46,7 @@ def synthetic_leaderboard(folder: Path, seed: int = 0) -> None:
 
 def test_lm_eval_round_trip(tmp_path: Path, capsys) -> None:
     method = next((m for m in ("sparseeval-linear", "random-linear")
-                   if m in sparseeval.methods.available_methods()), None)
+                   if m in sparseeval.estimate.methods.available_methods()), None)
     if method is None:
         pytest.skip("no linear anchor method registered")
     data, pred, run = tmp_path / "data", tmp_path / "pred", tmp_path / "run"
@@ -84,7 +84,7 @@ def test_lm_eval_round_trip(tmp_path: Path, capsys) -> None:
     assert 0.0 <= row["lower"] <= row["predicted"] <= row["upper"] <= 1.0
 
     # the run answered chosen documents (--samples): ingest names it an anchor run, not a --limit run
-    from sparseeval.store import Store
+    from sparseeval.data.store import Store
 
     store = Store(tmp_path / "s.duckdb")
     report = store.ingest(run)

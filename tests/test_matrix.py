@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.matrix import EmptyMatrixError, build_matrix
+from sparseeval.data.matrix import EmptyMatrixError, build_matrix
 
 
 def _long(rows: list[tuple[str, str, str, float]]) -> pl.DataFrame:
@@ -177,13 +177,13 @@ def test_bulk_parquet_path_stores_what_the_validator_path_stores(source: str, re
                                                                  tmp_path: Path) -> None:
     """``Store.ingest`` checks clean parquet in SQL and inserts it set-wise; a custom reader forces the
     Polars reader + validator path. Both must leave identical stores (values, names, counts)."""
-    from sparseeval.readers.detect import read_source
-    from sparseeval.store import Store
+    from sparseeval.data.readers.detect import read_source
+    from sparseeval.data.store import Store
 
     folder = request.getfixturevalue("small_long_dir") if source == "small_long_dir" else _odd_parquet(
         tmp_path / "odd")
     if source == "small_long_dir":
-        from sparseeval.store import bulk_long as _bulk_long
+        from sparseeval.data.store import bulk_long as _bulk_long
 
         assert _bulk_long(folder) is not None
     bulk, regular = Store(tmp_path / "bulk.duckdb"), Store(tmp_path / "regular.duckdb")
@@ -194,7 +194,7 @@ def test_bulk_parquet_path_stores_what_the_validator_path_stores(source: str, re
         (f.status, f.n_responses, f.n_scores, f.rows_read) for f in report_regular.files]
     assert _contents(bulk.path) == _contents(regular.path)
     if source == "odd":
-        from sparseeval.store import bulk_long as _bulk_long
+        from sparseeval.data.store import bulk_long as _bulk_long
 
         assert _bulk_long(folder / "alias.parquet") is not None  # checked in SQL, renamed in SQL
         assert _bulk_long(folder / "trim.parquet") is None  # left to the validator, which trims
@@ -204,7 +204,7 @@ def test_bulk_parquet_path_stores_what_the_validator_path_stores(source: str, re
 
 
 def test_bulk_path_overlap_adds_only_new_rows_and_refuses_conflicts(tmp_path: Path) -> None:
-    from sparseeval.store import Store
+    from sparseeval.data.store import Store
 
     base = pl.DataFrame({"model": ["m1", "m1", "m2"], "benchmark": "arc", "item_id": ["a", "b", "a"],
                          "score": [1.0, 0.0, 1.0]})
@@ -222,7 +222,7 @@ def test_bulk_path_overlap_adds_only_new_rows_and_refuses_conflicts(tmp_path: Pa
     # a repeated key within one file (another model answered the same item, so counts alone agree)
     dup = base.with_columns(item_id=pl.Series(["a", "a", "b"]), model=pl.Series(["m9", "m9", "m8"]))
     dup.write_parquet(tmp_path / "dup.parquet")
-    from sparseeval.store import bulk_long as _bulk_long
+    from sparseeval.data.store import bulk_long as _bulk_long
 
     assert _bulk_long(tmp_path / "dup.parquet") is None
     refused = store.ingest(tmp_path / "dup.parquet").files[0]
@@ -230,7 +230,7 @@ def test_bulk_path_overlap_adds_only_new_rows_and_refuses_conflicts(tmp_path: Pa
 
 
 def test_matrix_from_the_store_lazily_equals_eager(small_long_dir: Path, tmp_path: Path) -> None:
-    from sparseeval.store import Store
+    from sparseeval.data.store import Store
 
     store = Store(tmp_path / "s.duckdb")
     assert store.ingest(small_long_dir).ok

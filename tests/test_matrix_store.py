@@ -9,9 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.matrix import ResponseMatrix, append_models, build_matrix
-from sparseeval.matrix_store import MatrixStore
-from sparseeval.store import Store
+from sparseeval.data.access.matrix_store import MatrixStore
+from sparseeval.data.matrix import ResponseMatrix, append_models, build_matrix
+from sparseeval.data.store import Store
 
 
 def _long(rows: list[tuple[str, str, float]], bench: str = "arc") -> pl.DataFrame:

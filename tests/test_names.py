@@ -1,4 +1,4 @@
-"""A benchmark name is data: one encoding (sparseeval.names) wherever it names a file, a registry entry
+"""A benchmark name is data: one encoding (sparseeval.data.names) wherever it names a file, a registry entry
 or a partition, and the whole pipeline on names that hold '/', '..', ':', quotes, spaces, upper case,
 non-ASCII characters and 300 characters writes nothing outside its folders."""
 
@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sparseeval.benchmarks import BenchmarkNameError, canonical_benchmark, registered_model_name
-from sparseeval.names import MAX_NAME, MAX_SLUG, benchmark_for, is_shortened, slug, unslug
+from sparseeval.data.benchmarks import BenchmarkNameError, canonical_benchmark, registered_model_name
+from sparseeval.data.names import MAX_NAME, MAX_SLUG, benchmark_for, is_shortened, slug, unslug
 
 ORDINARY = ["arc", "hellaswag", "mmlu", "truthfulqa", "winogrande", "gsm8k", "bbh", "gpqa", "math_hard", "musr",
             "ifeval", "mmlu_pro", "arc@0shot", "gsm8k@8shot", "sparseeval-joint", "leaderboard_bbh_navigate",
@@ -78,9 +78,9 @@ def test_published_folders_are_named_by_the_encoding(tmp_path: Path) -> None:
     """The fast twin of the pipeline test below: a predictor saved and published under each hostile
     name is one versions folder and one published link, each named by the name's encoding, inside
     the predictors folder, and what the link serves is what was saved."""
-    from sparseeval.fitting import fit_predictor
-    from sparseeval.publishing import VERSIONS, published_hash, save_version, swap_published
-    from sparseeval.synthetic import generate_leaderboard
+    from sparseeval.data.synthetic import generate_leaderboard
+    from sparseeval.estimate.fitting import fit_predictor
+    from sparseeval.publish.publishing import VERSIONS, published_hash, save_version, swap_published
 
     lb = generate_leaderboard(n_families=8, models_per_family=8, benchmarks={"arc": 20}, seed=1)
     artifact = fit_predictor(lb.responses.rename({"correct": "score"}), lb.scores, "arc", 4, "sparseeval-linear",
@@ -104,9 +104,9 @@ def test_published_folders_are_named_by_the_encoding(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_pipeline_on_hostile_benchmark_names(tmp_path: Path) -> None:
     from pipelines.assets import raw_results
-    from sparseeval.cli import main as cli_main
-    from sparseeval.publishing import audit
-    from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+    from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
+    from sparseeval.interfaces.cli import main as cli_main
+    from sparseeval.publish.publishing import audit
     from tests.test_pipeline import PARTITIONED, REFRESH, _meta, _resources
 
     root = tmp_path / "data"

@@ -18,11 +18,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.answers import read_answers
-from sparseeval.commands.predict import predict_all
-from sparseeval.errors import UsageError
-from sparseeval.fitting import fit_predictor
-from sparseeval.store import Store
+from sparseeval.core.errors import UsageError
+from sparseeval.data.access.answers import read_answers
+from sparseeval.data.store import Store
+from sparseeval.estimate.fitting import fit_predictor
+from sparseeval.interfaces.commands.predict import predict_all
 
 REAL = Path(__file__).parent / "fixtures" / "real_formats"
 
@@ -71,7 +71,7 @@ def test_predictor_refuses_answers_scored_by_another_metric() -> None:
 
 def test_fit_refuses_runs_scored_by_different_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Without the metric in the name, runs scored differently share one; fit refuses to pool them."""
-    from sparseeval.cli import main
+    from sparseeval.interfaces.cli import main
 
     rows = [(f"m{i}", "arc", str(j), float((i + j) % 2), metric) for i in range(12) for j in range(5)
             for metric in (["acc_norm"] if i < 8 else ["acc"])]

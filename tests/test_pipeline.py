@@ -37,12 +37,12 @@ from pipelines.joint import joint_anchors, joint_champion
 from pipelines.partitions import BENCHMARK_PARTITIONS, add_benchmarks
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from pipelines.run_all import succeeded, summary_line
-from sparseeval.cli import main as cli_main
-from sparseeval.device import cpu_threads
-from sparseeval.matrix_store import MatrixStore
-from sparseeval.publishing import audit
-from sparseeval.store import Store
-from sparseeval.synthetic import generate_leaderboard, scrambled, write_leaderboard
+from sparseeval.data.access.matrix_store import MatrixStore
+from sparseeval.data.store import Store
+from sparseeval.data.synthetic import generate_leaderboard, scrambled, write_leaderboard
+from sparseeval.estimate.methods.device import cpu_threads
+from sparseeval.interfaces.cli import main as cli_main
+from sparseeval.publish.publishing import audit
 
 PARTITIONED = [response_matrix, candidate, champion, challenger, evaluation, predictions]
 #: what a refresh run materializes: the partitioned assets and their standalone checks

@@ -11,8 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sparseeval.cli import main
-from sparseeval.store import Store
+from sparseeval.data.store import Store
+from sparseeval.interfaces.cli import main
 from tests.test_artifact import irt_long
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sparseeval.artifact import ArtifactError, load_predictor
-from sparseeval.cli import main
-from sparseeval.fitting import fit_predictor
-from sparseeval.predictor_hub import PredictorSourceError, parse
+from sparseeval.data.access.predictor_hub import PredictorSourceError, parse
+from sparseeval.estimate.artifact import ArtifactError, load_predictor
+from sparseeval.estimate.fitting import fit_predictor
+from sparseeval.interfaces.cli import main
 from tests.hub_server import HubServer, Repo, files_from
 from tests.test_artifact import irt_long
 

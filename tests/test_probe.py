@@ -1,4 +1,4 @@
-"""The second stage (:mod:`sparseeval.probe`): a random probe whose estimate and interval hold by design.
+"""The second stage (:mod:`sparseeval.estimate.probe`): a random probe whose estimate and interval hold by design.
 
 Small cases with known answers first: the draw (per model, stratified, reproducible, never an anchor),
 the estimate's unbiasedness and coverage *whatever the anchors said* (the control may be badly wrong),
@@ -21,9 +21,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.cli import main
-from sparseeval.errors import UsageError
-from sparseeval.probe import (
+from sparseeval.core.errors import UsageError
+from sparseeval.core.settings import SETTINGS, SettingError
+from sparseeval.estimate.probe import (
     KIND,
     Link,
     ProbePlan,
@@ -35,9 +35,9 @@ from sparseeval.probe import (
     routed,
     walk,
 )
-from sparseeval.probe_fit import CATCH, MOST_ASKED, fit_link, fit_plan, probe_level, strata_of
-from sparseeval.settings import SETTINGS, SettingError
-from sparseeval.splits import frontier_cut
+from sparseeval.estimate.probe_fit import CATCH, MOST_ASKED, fit_link, fit_plan, probe_level, strata_of
+from sparseeval.estimate.splits import frontier_cut
+from sparseeval.interfaces.cli import main
 from tests.support import OPENLLM_DIR, needs_real_data
 
 
@@ -135,7 +135,7 @@ def test_a_lucky_sample_of_zero_one_items_is_no_narrower_than_the_control_expect
     assert plan.binary
     order = draw_order(plan, "m")[:40]
     ones = np.ones(len(plan.items))
-    from sparseeval.probe import control
+    from sparseeval.estimate.probe import control
 
     p_hat = control(plan, 0.5, np.ones(10))
     strata = np.asarray(plan.strata)
@@ -384,8 +384,8 @@ def test_compare_adds_two_probes_errors_in_quadrature(mmlu_frontier, tmp_path: P
 def test_following_the_probe_stops_where_a_model_cannot_answer_what_it_is_asked() -> None:
     """The self-check and the benches walk each stronger model through its probe; one with an anchor or a
     probe item it has no answer to (a dropped cell) is asked for it forever unless the walk stops there."""
-    from sparseeval.fitting import ProbeSettings, fit_predictor
-    from sparseeval.predicting import answer_matrices, follow_probe
+    from sparseeval.estimate.fitting import ProbeSettings, fit_predictor
+    from sparseeval.estimate.predicting import answer_matrices, follow_probe
 
     Y, _ = population(n_models=500, n_items=120, seed=3)
     long = pl.DataFrame({"model": np.repeat([f"org{i % 9}/m{i}" for i in range(500)], 120), "benchmark": "toy",

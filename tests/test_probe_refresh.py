@@ -1,4 +1,4 @@
-"""The second stage on the refresh's path (on by default, :mod:`sparseeval.refresh_probe`).
+"""The second stage on the refresh's path (on by default, :mod:`sparseeval.publish.refresh_probe`).
 
 On real mmlu (the shared Open LLM Leaderboard data), through a real Dagster materialization with the
 defaults: the candidate carries a probe plan beside its anchors, and its frontier self-check, and so the
@@ -25,20 +25,20 @@ from pipelines.io_managers import MatrixIOManager
 from pipelines.partitions import add_benchmarks
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from pipelines.run_all import summary_line
-from sparseeval.artifact import load_predictor
-from sparseeval.cli import main as cli_main
-from sparseeval.matrix_store import MatrixStore
-from sparseeval.model_card import model_card
-from sparseeval.predicting import predict
-from sparseeval.probe import draw_order, plan_of
-from sparseeval.publishing import published_path, score_anchor_only_models
-from sparseeval.refresh import FRONTIER_OVERRIDE
-from sparseeval.refresh_policy import FitSettings, refresh_benchmark
-from sparseeval.refresh_probe import anchors_alone
-from sparseeval.splits import frontier_cut
-from sparseeval.store import Store
-from sparseeval.synthetic import generate_leaderboard, write_leaderboard
-from sparseeval.tracking import TrackingConfig, ensure_experiment
+from sparseeval.data.access.matrix_store import MatrixStore
+from sparseeval.data.store import Store
+from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.estimate.artifact import load_predictor
+from sparseeval.estimate.predicting import predict
+from sparseeval.estimate.probe import draw_order, plan_of
+from sparseeval.estimate.splits import frontier_cut
+from sparseeval.interfaces.cli import main as cli_main
+from sparseeval.interfaces.model_card import model_card
+from sparseeval.publish.publishing import published_path, score_anchor_only_models
+from sparseeval.publish.refresh import FRONTIER_OVERRIDE
+from sparseeval.publish.refresh_policy import FitSettings, refresh_benchmark
+from sparseeval.publish.refresh_probe import anchors_alone
+from sparseeval.publish.tracking import TrackingConfig, ensure_experiment
 from tests.support import OPENLLM_DIR, needs_real_data
 
 pytestmark = pytest.mark.slow
@@ -69,6 +69,7 @@ def test_the_pipeline_publishes_mmlu_gated_on_the_two_stages_with_the_defaults(t
     check = next(e for e in run.get_asset_check_evaluations()
                  if e.asset_key.to_user_string() == "candidate" and e.check_name == "frontier_misses_flagged")
     figures = check.metadata["figures"].value
+    assert "anchors_alone" in figures and "probed" in figures, figures  # measured with the second stage
     alone = figures["anchors_alone"]
     # the two stages together, the anchors alone beside them (the same inner fit)
     assert figures["probe_items"] == PROBE_N and figures["measured"] and figures["n"] >= 20
@@ -204,7 +205,7 @@ def test_newcomers_in_the_store_are_estimated_by_their_own_probe(tmp_path: Path)
     assert probed["anchors_predicted"] == pytest.approx(expected.anchors_predicted)
     alone = rows["new/anchors-only"]
     assert alone["stage"] == "anchors" and alone["probe_next"] == plan.first_items
-    assert f"answer the first {plan.first_items} items of its probe" in alone["warnings"]
+    assert alone["warnings"] and f"answer the first {plan.first_items} items of its probe" in alone["warnings"]
     assert abs(probed["predicted"] - float(scores.filter(pl.col("model") == model)["score"][0])) < \
         abs(alone["predicted"] - float(scores.filter(pl.col("model") == model)["score"][0])) + 0.05
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sparseeval.readers.base import MODELS_SCHEMA, RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError
-from sparseeval.readers.detect import detect_format, discover, iter_sources, read_source
-from sparseeval.readers.hub import details_patterns
-from sparseeval.readers.leaderboard import read_details_v1, read_leaderboard_results
-from sparseeval.readers.lm_eval import read_lm_eval
+from sparseeval.data.readers.base import MODELS_SCHEMA, RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError
+from sparseeval.data.readers.detect import detect_format, discover, iter_sources, read_source
+from sparseeval.data.readers.hub import details_patterns
+from sparseeval.data.readers.leaderboard import read_details_v1, read_leaderboard_results
+from sparseeval.data.readers.lm_eval import read_lm_eval
 from tests.fixtures.formats import (
     LM_EVAL_DATE_ID,
     V1_DATE_ID,
@@ -383,7 +383,7 @@ def test_real_data_folder_is_one_long_unit() -> None:
 
 
 def test_store_ingests_every_format_idempotently(tmp_path: Path) -> None:
-    from sparseeval.store import Store
+    from sparseeval.data.store import Store
 
     write_lm_eval_run(tmp_path / "src")
     write_v1_details(tmp_path / "src")

@@ -16,10 +16,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sparseeval.benchmarks import MMLU_SUBJECTS
-from sparseeval.readers.base import InputError
-from sparseeval.readers.detect import detect_format, discover, iter_sources, read_source
-from sparseeval.tasks import task_benchmark
+from sparseeval.data.benchmarks import MMLU_SUBJECTS
+from sparseeval.data.readers.base import InputError
+from sparseeval.data.readers.detect import detect_format, discover, iter_sources, read_source
+from sparseeval.data.tasks import task_benchmark
 from tests.fixtures.formats import (
     LFS_POINTER_TEXT,
     LIGHTEVAL_DATE_ID,
@@ -310,7 +310,7 @@ def test_discover_guarantees(tmp_path: Path) -> None:
 
 def _stored(folder: Path, db: Path) -> dict[str, tuple[float, int | None, str]]:
     """Ingest ``folder`` through the real store into a fresh DuckDB; benchmark -> (score, n_shot, task)."""
-    from sparseeval.store import Store
+    from sparseeval.data.store import Store
 
     store = Store(db)
     report = store.ingest(folder)

@@ -22,8 +22,8 @@ import dagster as dg
 import pytest
 
 from pipelines.resources import SettingsResource
-from sparseeval import settings as defaults
-from sparseeval.refresh import comparison_key, fit_key, joint_data_version
+from sparseeval.core import settings as defaults
+from sparseeval.publish.refresh import comparison_key, fit_key, joint_data_version
 
 FIT, COMPARISON, JOINT = "fit", "comparison", "joint"
 #: what the tests start from (small: the real refresh below runs on it)
@@ -64,7 +64,7 @@ ROWS: dict[str, tuple[Any, set[str]]] = {
     "predictor_dir": ("/elsewhere/predictors", set()),
 }
 
-#: settings of sparseeval.settings that are no refresh setting (the rest are SettingsResource fields)
+#: settings of sparseeval.core.settings that are no refresh setting (the rest are SettingsResource fields)
 NOT_REFRESH = {"data_dir", "db", "source", "hub_tasks", "duckdb_memory", "sensor_interval",
                # the fit's threads (not the result's: a near-tie may differ, see device.cpu_threads), the
                # served mode's binaries and ports, the crash tests' hook
@@ -118,7 +118,7 @@ def refreshed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from pipelines.io_managers import MatrixIOManager
     from pipelines.partitions import add_benchmarks
     from pipelines.resources import SourceResource, StoreResource, TrackingResource
-    from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+    from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
 
     root = tmp_path_factory.mktemp("keys")
     write_leaderboard(generate_leaderboard(n_families=8, models_per_family=8, benchmarks={"arc": 40}, seed=2),

@@ -18,16 +18,16 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 
-from sparseeval.artifact import load_predictor
-from sparseeval.cli import main as cli_main
-from sparseeval.evaluation import split_for_seed
-from sparseeval.matrix_store import MatrixStore
-from sparseeval.publishing import audit, published_path
-from sparseeval.refresh_policy import FitSettings, refresh_benchmark
-from sparseeval.splits import frontier_cut
-from sparseeval.store import Store
-from sparseeval.synthetic import generate_leaderboard, write_leaderboard
-from sparseeval.tracking import TrackingConfig, ensure_experiment, registered_versions
+from sparseeval.data.access.matrix_store import MatrixStore
+from sparseeval.data.store import Store
+from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
+from sparseeval.estimate.artifact import load_predictor
+from sparseeval.estimate.evaluation import split_for_seed
+from sparseeval.estimate.splits import frontier_cut
+from sparseeval.interfaces.cli import main as cli_main
+from sparseeval.publish.publishing import audit, published_path
+from sparseeval.publish.refresh_policy import FitSettings, refresh_benchmark
+from sparseeval.publish.tracking import TrackingConfig, ensure_experiment, registered_versions
 
 pytestmark = pytest.mark.slow
 

@@ -12,13 +12,13 @@ import polars as pl
 import pytest
 import torch
 
-from sparseeval import device as device_mod
-from sparseeval.budget import ALWAYS, comparison_plan
-from sparseeval.evaluation import ProtocolConfig, fit_on_split, split_for_seed
-from sparseeval.matrix import ResponseMatrix, build_matrix
-from sparseeval.methods import selection
-from sparseeval.methods.baselines import item_embedding, item_vectors
-from sparseeval.methods.proxies import ridge_gcv_from_gram, ridge_gcv_swaps
+from sparseeval.data.matrix import ResponseMatrix, build_matrix
+from sparseeval.estimate.methods import device as device_mod
+from sparseeval.estimate.budget import ALWAYS, comparison_plan
+from sparseeval.estimate.evaluation import ProtocolConfig, fit_on_split, split_for_seed
+from sparseeval.estimate.methods import selection
+from sparseeval.estimate.methods.baselines import item_embedding, item_vectors
+from sparseeval.estimate.methods.proxies import ridge_gcv_from_gram, ridge_gcv_swaps
 
 
 def _local_sets(k: int, positions: np.ndarray, n_c: int) -> np.ndarray:
@@ -94,7 +94,7 @@ def test_item_embedding_is_exact_below_scale_and_keeps_distances_above(synthetic
 
 def test_kmeans_start_at_scale_gives_k_distinct_items(synthetic_matrix: ResponseMatrix,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparseeval.methods import baselines
+    from sparseeval.estimate.methods import baselines
 
     defaults = baselines.item_embedding.__kwdefaults__
     monkeypatch.setitem(defaults, "dim", 16)
@@ -161,7 +161,7 @@ def test_bench_generator_writes_a_unit_the_matrix_reads(tmp_path: Path) -> None:
 
 @pytest.mark.filterwarnings("ignore:Mean of empty slice")
 def test_fast_column_means_equal_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparseeval.methods.base import column_means
+    from sparseeval.estimate.methods.base import column_means
 
     rng = np.random.default_rng(5)
     Y = rng.integers(0, 2, (50, 30)).astype(np.float32)

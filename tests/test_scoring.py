@@ -14,12 +14,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.answers import read_answers
-from sparseeval.cli import main
-from sparseeval.export import write_export
-from sparseeval.fitting import fit_predictor
-from sparseeval.predicting import TooFewAnchorsError, compare, predict
-from sparseeval.readers.base import InputError
+from sparseeval.data.access.answers import read_answers
+from sparseeval.data.readers.base import InputError
+from sparseeval.estimate.fitting import fit_predictor
+from sparseeval.estimate.predicting import TooFewAnchorsError, compare, predict
+from sparseeval.interfaces.cli import main
+from sparseeval.interfaces.export import write_export
 from tests.support import needs_real_data
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm_v1"

@@ -1,5 +1,5 @@
 """The served mode, run for real: Postgres, then the MLflow tracking server, the Dagster code server,
-webserver and daemon under supervisord, started by ``python -m sparseeval.serve`` (what ``make
+webserver and daemon under supervisord, started by ``python -m sparseeval.interfaces.serve`` (what ``make
 serve`` runs), on free ports in a temporary data folder; MLflow exposed on 127.0.0.2 (so with its
 basic-auth app), everything else on 127.0.0.1.
 
@@ -37,9 +37,9 @@ from pathlib import Path
 
 import pytest
 
-from sparseeval.serve import bootstrap as serve
-from sparseeval.serve.drain import graphql
-from sparseeval.serve.supervisor import SERVICES, rpc, supervisord_pid, sweep
+from sparseeval.interfaces.serve import bootstrap as serve
+from sparseeval.interfaces.serve.drain import graphql
+from sparseeval.interfaces.serve.supervisor import SERVICES, rpc, supervisord_pid, sweep
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +67,7 @@ def _postgres_or_skip() -> None:
 def _drop(source: Path, name: str, suffix: str = "") -> None:
     """A seeded synthetic leaderboard (``suffix``: the same under other model names, so new data),
     written elsewhere and moved in whole, as a user's copy lands."""
-    from sparseeval.synthetic import generate_leaderboard, write_leaderboard
+    from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
     from tests.test_pipeline import _renamed
 
     if suffix:
@@ -103,7 +103,7 @@ class Served:
         self.lay = serve.Layout(self.data)
 
     def cli(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "sparseeval.serve", *args], env=self.env, cwd=REPO,
+        proc = subprocess.run([sys.executable, "-m", "sparseeval.interfaces.serve", *args], env=self.env, cwd=REPO,
                               capture_output=True, text=True, timeout=timeout, check=False)
         if check and proc.returncode:
             logs = "".join(f"\n--- {p.name}\n{p.read_text()[-3000:]}"
@@ -338,7 +338,7 @@ def test_killed_services_come_back_and_the_chain_publishes_through_them(served: 
     assert materialized("joint_anchors") == [""]
 
     # the MLflow server: a registered champion per benchmark, its run logged over HTTP
-    from sparseeval.benchmarks import JOINT_NAME, registered_model_name
+    from sparseeval.data.benchmarks import JOINT_NAME, registered_model_name
 
     for bench in [*BENCHMARKS, JOINT_NAME]:
         version = served.mlflow(f"registered-models/alias?name={registered_model_name(bench)}&alias=champion")
@@ -464,8 +464,8 @@ def test_stop_with_a_run_in_flight_keeps_every_record(served: Served) -> None:
 def test_exposing_mlflow_without_auth_is_refused(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "MLFLOW_", "SPARSEEVAL_"))}
     env.update({"PYTHONPATH": str(REPO), "SPARSEEVAL_DATA_DIR": str(tmp_path / "data")})
-    proc = subprocess.run([sys.executable, "-m", "sparseeval.serve", "start", "--detach", "--mlflow-host", "0.0.0.0"],
-                          env=env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run([sys.executable, "-m", "sparseeval.interfaces.serve", "start", "--detach", "--mlflow-host",
+                           "0.0.0.0"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode != 0
     assert "MLFLOW_AUTH_ADMIN_PASSWORD" in proc.stderr and "0.0.0.0" in proc.stderr
     assert not (tmp_path / "data" / "postgres").exists()  # refused before anything started

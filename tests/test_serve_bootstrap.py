@@ -24,8 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from sparseeval.serve import bootstrap as boot
-from sparseeval.serve.supervisor import MARKER, SERVICES, marker, render_config, rpc, start_supervisord, sweep
+from sparseeval.interfaces.serve import bootstrap as boot
+from sparseeval.interfaces.serve.supervisor import (
+    MARKER,
+    SERVICES,
+    marker,
+    render_config,
+    rpc,
+    start_supervisord,
+    sweep,
+)
 
 
 def _time_wait(port: int) -> bool:
@@ -91,7 +99,7 @@ def test_supervisord_runs_the_generated_config_and_supervisorctl_lists_the_servi
     conf.read_string(render_config(lay))
     for name in SERVICES:
         program = conf[f"program:{name}"]
-        assert program["command"].endswith(f"-m sparseeval.serve launch {name} --data {lay.data}")
+        assert program["command"].endswith(f"-m sparseeval.interfaces.serve launch {name} --data {lay.data}")
         assert (program["autostart"], program["autorestart"]) == ("false", "true")
         assert program["stopasgroup"] == ("false" if name == "code_server" else "true")  # runs outlive a restart
     pid = start_supervisord(lay)

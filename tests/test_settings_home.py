@@ -1,11 +1,11 @@
-"""Every setting in one home: ``sparseeval/settings.py``.
+"""Every setting in one home: ``sparseeval/core/settings.py``.
 
 * no module of ``sparseeval/``, ``pipelines/`` or ``bench/`` touches an environment variable that is
-  neither a declared setting (:data:`sparseeval.settings.SETTINGS`) nor on the allow-list of other
-  tools' variables (:data:`sparseeval.settings.FOREIGN`), however it spells the access (an AST scan);
+  neither a declared setting (:data:`sparseeval.core.settings.SETTINGS`) nor on the allow-list of other
+  tools' variables (:data:`sparseeval.core.settings.FOREIGN`), however it spells the access (an AST scan);
 * no module spells a literal default of a shared setting (seed, split fractions and policy, device,
   interval alpha, calibration share, OOD percentile) outside the few left on record below;
-* the README's settings tables are the ones :func:`sparseeval.settings.markdown_tables` generates;
+* the README's settings tables are the ones :func:`sparseeval.core.settings.markdown_tables` generates;
 * the defaults the library, the CLI and the Dagster resources take are the declared ones, and a bad
   value is refused naming the variable.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sparseeval import settings
+from sparseeval.core import settings
 
 REPO = Path(__file__).resolve().parents[1]
 SCANNED = ("sparseeval", "pipelines", "bench")
@@ -113,12 +113,12 @@ def undeclared_accesses() -> list[str]:
     out = []
     for folder in SCANNED:
         for path in sorted((REPO / folder).rglob("*.py")):
-            if path == REPO / "sparseeval" / "settings.py":
+            if path == REPO / "sparseeval" / "core" / "settings.py":
                 continue
             for line, var in environment_accesses(path.read_text()):
                 if var is None:
                     out.append(f"{path.relative_to(REPO)}:{line}: an environment variable named by an expression "
-                               "(read a declared setting through sparseeval.settings instead)")
+                               "(read a declared setting through sparseeval.core.settings instead)")
                 elif var not in DECLARED:
                     out.append(f"{path.relative_to(REPO)}:{line}: {var} is neither in settings.SETTINGS nor on "
                                "the allow-list settings.FOREIGN")
@@ -156,7 +156,7 @@ k = copy.get("NOT_AN_ENVIRONMENT_READ")
 
 def test_no_module_reads_an_undeclared_environment_variable() -> None:
     problems = undeclared_accesses()
-    assert not problems, "environment variables read outside sparseeval/settings.py:\n" + "\n".join(problems)
+    assert not problems, "environment variables read outside sparseeval/core/settings.py:\n" + "\n".join(problems)
 
 
 def test_the_allow_list_and_the_settings_do_not_overlap_and_say_why() -> None:
@@ -176,10 +176,12 @@ SHARED = {"seed": "seed", "val_frac": "val_frac", "test_frac": "test_frac", "spl
 #: does an entry here that is gone (remove it)
 LEFT = {
     # the estimators' own constructor arguments (``alpha`` there is a ridge penalty, not the interval's)
-    **{(p, None): "estimator arguments" for p in ("sparseeval/methods/",)},
-    ("sparseeval/device.py", "resolve_device"): "'auto' is the input the function maps, not a setting's default",
-    ("sparseeval/synthetic.py", "generate_leaderboard"): "the synthetic leaderboard's own seed",
-    ("sparseeval/evaluation.py", "ProtocolConfig"): "calibration_frac=0.0 means no calibration (not fit's share)",
+    **{(p, None): "estimator arguments" for p in ("sparseeval/estimate/methods/",)},
+    ("sparseeval/estimate/methods/device.py", "resolve_device"):
+        "'auto' is the input the function maps, not a setting's default",
+    ("sparseeval/data/synthetic.py", "generate_leaderboard"): "the synthetic leaderboard's own seed",
+    ("sparseeval/estimate/evaluation.py", "ProtocolConfig"):
+        "calibration_frac=0.0 means no calibration (not fit's share)",
     ("bench/light_install.py", "lm_eval_folder"): "a bench's synthetic data seed",
     ("bench/scale.py", "generate"): "a bench's synthetic data seed",
 }
@@ -191,7 +193,7 @@ def literal_defaults() -> set[tuple[str, str]]:
     for folder in SCANNED:
         for path in sorted((REPO / folder).rglob("*.py")):
             rel = str(path.relative_to(REPO))
-            if rel == "sparseeval/settings.py":
+            if rel == "sparseeval/core/settings.py":
                 continue
             for owner in ast.walk(ast.parse(path.read_text())):
                 if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -214,7 +216,7 @@ def test_no_module_spells_a_shared_default_again() -> None:
     found = literal_defaults()
     left_prefixes = [p for p, fn in LEFT if fn is None]
     new = sorted(f for f in found if f not in LEFT and not any(f[0].startswith(p) for p in left_prefixes))
-    assert not new, ("defaults spelled outside sparseeval/settings.py (reference its constants instead): "
+    assert not new, ("defaults spelled outside sparseeval/core/settings.py (reference its constants instead): "
                      + ", ".join(f"{m}:{fn}" for m, fn in new))
     gone = sorted(k for k in LEFT if k[1] is not None and k not in found)
     assert not gone, f"no longer spelled, remove from LEFT: {gone}"
@@ -225,7 +227,7 @@ def test_no_module_spells_a_shared_default_again() -> None:
 def test_the_readme_tables_are_generated_from_settings(tmp_path: Path) -> None:
     readme = (REPO / "README.md").read_text()
     assert settings.readme_block(readme) == settings.markdown_tables(), (
-        "README.md's settings tables differ from sparseeval/settings.py: run `make settings-table`")
+        "README.md's settings tables differ from sparseeval/core/settings.py: run `make settings-table`")
     for s in settings.SETTINGS.values():
         assert f"| `{s.env}` |" in readme
     # and the regeneration rewrites only the block: a stale table comes back, the rest stays
@@ -243,11 +245,11 @@ def _signature_default(func: object, name: str) -> object:
 
 def test_library_cli_and_resources_take_the_declared_defaults() -> None:
     from pipelines.resources import SettingsResource
-    from sparseeval import budget, calibration, fitting, splits
-    from sparseeval.commands import evaluate
-    from sparseeval.comparison import ComparisonSettings
-    from sparseeval.evaluation import DEFAULT_METHODS, ProtocolConfig
-    from sparseeval.refresh_policy import FitSettings
+    from sparseeval.estimate import budget, calibrate, fitting, splits
+    from sparseeval.estimate.evaluation import DEFAULT_METHODS, ProtocolConfig
+    from sparseeval.interfaces.commands import evaluate
+    from sparseeval.publish.comparison import ComparisonSettings
+    from sparseeval.publish.refresh_policy import FitSettings
 
     s = settings.SETTINGS
     fit, cmp, proto = FitSettings(), ComparisonSettings(), ProtocolConfig()
@@ -262,7 +264,7 @@ def test_library_cli_and_resources_take_the_declared_defaults() -> None:
     assert _signature_default(splits.make_split, "val_frac") == 0.1
     assert _signature_default(splits.make_split, "test_frac") == 0.2
     assert _signature_default(fitting.fit_predictor, "calibration_frac") == 0.2 == fitting.VAL_FRAC * 2
-    assert _signature_default(calibration.calibrate, "ood_percentile") == 99.0
+    assert _signature_default(calibrate.calibrate, "ood_percentile") == 99.0
     assert _signature_default(budget.comparison_plan, "ks") == (10, 20)
     assert _signature_default(budget.comparison_plan, "seeds") == (0, 1, 2)
     resource = {f: info.default for f, info in SettingsResource.model_fields.items()}
@@ -280,10 +282,10 @@ def test_every_declared_default_parses() -> None:
 
 
 def test_a_bad_value_is_refused_naming_the_variable_and_the_value(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparseeval.budget import budget_from_env
-    from sparseeval.comparison import ComparisonSettings
-    from sparseeval.device import cpu_threads
-    from sparseeval.refresh_policy import FitSettings
+    from sparseeval.estimate.budget import budget_from_env
+    from sparseeval.estimate.methods.device import cpu_threads
+    from sparseeval.publish.comparison import ComparisonSettings
+    from sparseeval.publish.refresh_policy import FitSettings
 
     for env, call in (("SPARSEEVAL_K", FitSettings.from_environment),
                       ("SPARSEEVAL_COMPARE_KS", ComparisonSettings.from_environment),
@@ -328,8 +330,8 @@ def test_a_bad_value_is_refused_naming_the_variable_and_the_value(monkeypatch: p
 
 def test_the_cli_refuses_a_bad_value_in_one_line(monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from sparseeval import cli
-    from sparseeval.serve import cli as serve_cli
+    from sparseeval.interfaces import cli
+    from sparseeval.interfaces.serve import cli as serve_cli
 
     monkeypatch.setenv("SPARSEEVAL_K", "x")
     assert cli.main(["fit", "--data", str(REPO), "--benchmark", "arc"]) == 2

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sparseeval.publishing import FAILPOINTS
-from sparseeval.store import Store
+from sparseeval.data.store import Store
+from sparseeval.publish.publishing import FAILPOINTS
 from tests.simulation import CYCLE, KILL_DAY, NOISE_NEW, NOISE_TURN, QUIET, SETTINGS_CHANGE, Simulation
 
 pytestmark = pytest.mark.slow

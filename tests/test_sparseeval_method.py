@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from sparseeval.evaluation import ProtocolConfig, fit_on_split, score_on_split, split_for_seed
-from sparseeval.matrix import ResponseMatrix
-from sparseeval.methods import AnchorEstimator, make_estimator
-from sparseeval.methods.proxies import ridge_fit, ridge_gcv_from_gram, ridge_loo_mse, train_mlp
-from sparseeval.methods.selection import CEILING_FRAC, break_ceiling, kmeans_start
-from sparseeval.metrics import score_metrics
+from sparseeval.data.matrix import ResponseMatrix
+from sparseeval.estimate.evaluation import ProtocolConfig, fit_on_split, score_on_split, split_for_seed
+from sparseeval.estimate.methods import AnchorEstimator, make_estimator
+from sparseeval.estimate.methods.proxies import ridge_fit, ridge_gcv_from_gram, ridge_loo_mse, train_mlp
+from sparseeval.estimate.methods.selection import CEILING_FRAC, break_ceiling, kmeans_start
+from sparseeval.estimate.metrics import score_metrics
 
 
 def test_ridge_loo_matches_brute_force_refits() -> None:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparseeval.splits import make_split, model_family
+from sparseeval.estimate.splits import make_split, model_family
 
 
 def _models(n_orgs: int, per_org: list[int]) -> list[str]:

@@ -15,9 +15,9 @@ import duckdb
 import polars as pl
 import pytest
 
-from sparseeval.commands import sql as sql_cmd
-from sparseeval.store import Store
-from sparseeval.store.connection import SQL_DIR
+from sparseeval.data.store import Store
+from sparseeval.data.store.connection import SQL_DIR
+from sparseeval.interfaces.commands import sql as sql_cmd
 from tests.support import SMALL_BENCHMARKS, SMALL_ITEMS, SMALL_MODELS, make_long_frames
 
 #: the DuckDB 1.x command-line client of the test extras (package duckdb-cli), next to this Python
@@ -26,7 +26,7 @@ DUCKDB_CLI = Path(sys.executable).parent / "duckdb"
 HOLD_WRITE = r"""
 import sys, time
 from pathlib import Path
-from sparseeval.store import Store
+from sparseeval.data.store import Store
 store, release = Store(sys.argv[1]), Path(sys.argv[2])
 with store._write() as con:
     con.execute("INSERT INTO store_meta VALUES ('probe', 'written')").fetchall()
@@ -58,7 +58,7 @@ def _sql(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 def _module(*argv: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sparseeval.commands.sql", *argv], input=stdin,
+    return subprocess.run([sys.executable, "-m", "sparseeval.interfaces.commands.sql", *argv], input=stdin,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.lifecycle import IllegalTransitionError
-from sparseeval.matrix import build_matrix
-from sparseeval.readers.long import read_long
-from sparseeval.store import TABLES, Store
+from sparseeval.data.lifecycle import IllegalTransitionError
+from sparseeval.data.matrix import build_matrix
+from sparseeval.data.readers.long import read_long
+from sparseeval.data.store import TABLES, Store
 from tests.support import SMALL_BENCHMARKS, SMALL_ITEMS, SMALL_MODELS, make_long_frames
 
 N_SMALL = SMALL_MODELS * len(SMALL_BENCHMARKS) * SMALL_ITEMS

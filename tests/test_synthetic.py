@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.matrix import build_matrix
-from sparseeval.synthetic import (
+from sparseeval.data.matrix import build_matrix
+from sparseeval.data.synthetic import (
     DEFAULT_BENCHMARKS,
     SyntheticLeaderboard,
     generate_leaderboard,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sparseeval.benchmarks import DEFAULT_SETTINGS, MMLU_SUBJECTS, V2_GROUPS, split_variant
-from sparseeval.tasks import (
+from sparseeval.data.benchmarks import DEFAULT_SETTINGS, MMLU_SUBJECTS, V2_GROUPS, split_variant
+from sparseeval.data.tasks import (
     LIGHTEVAL_TASKS,
     MAPPED_SUITES,
     MMLU_PRO_SUBJECTS,
@@ -167,9 +167,9 @@ def test_lighteval_right_parents() -> None:
 def test_group_subtask_item_ids_round_trip(tag: str) -> None:
     """Within every group of the harness, the stored item-id prefixes of its members are distinct and
     name their member back: no two subtasks share an item id, and an item id ``<prefix>.<doc>`` leads
-    (through :func:`sparseeval.artifact.harness_location`, what an exported anchor task runs) to a task
+    (through :func:`sparseeval.estimate.artifact.harness_location`, what an exported anchor task runs) to a task
     of the same benchmark and prefix, at the same document."""
-    from sparseeval.artifact import harness_location
+    from sparseeval.estimate.artifact import harness_location
 
     rel = releases()["lm-eval"][tag]
     for group in rel["groups"]:
@@ -216,7 +216,7 @@ def _write_group_run(folder: Path, group: str, subtasks: dict[str, list[float]])
 def test_group_subtasks_never_share_an_item_id(tmp_path: Path) -> None:
     """A group holding ``quiz_a`` and ``a``: with the group's name cut off both were items ``a.<doc>``, and
     the second task's answers counted as already stored. The whole subtask name keeps them apart."""
-    from sparseeval.readers.detect import read_source
+    from sparseeval.data.readers.detect import read_source
 
     folder = _write_group_run(tmp_path / "org__m", "quiz", {"quiz_a": [1.0, 0.0], "a": [0.0, 0.0]})
     parsed = read_source(folder)
@@ -228,7 +228,7 @@ def test_group_subtasks_never_share_an_item_id(tmp_path: Path) -> None:
 def test_lm_eval_own_bbh_group_is_not_the_leaderboard_bbh(tmp_path: Path) -> None:
     """lm-eval's ``bbh`` group (CoT, 27 tasks) shares its name with the leaderboard's ``bbh``; its tasks
     are not the v2 group's, so each stays its own benchmark."""
-    from sparseeval.readers.detect import read_source
+    from sparseeval.data.readers.detect import read_source
 
     folder = _write_group_run(tmp_path / "org__m", "bbh", {"bbh_cot_fewshot_navigate": [1.0, 0.0],
                                                           "bbh_cot_fewshot_snarks": [1.0, 1.0]})
@@ -238,8 +238,8 @@ def test_lm_eval_own_bbh_group_is_not_the_leaderboard_bbh(tmp_path: Path) -> Non
 
 
 def test_long_table_subtask_names_keep_the_subtask_in_the_item_id(tmp_path: Path) -> None:
-    from sparseeval.readers.base import InputError
-    from sparseeval.store import Store
+    from sparseeval.data.readers.base import InputError
+    from sparseeval.data.store import Store
 
     rows = ["model,benchmark,item_id,correct"]
     rows += [f"m{m},{b},{i},{(m + i) % 2}" for m in range(3)
@@ -254,15 +254,15 @@ def test_long_table_subtask_names_keep_the_subtask_in_the_item_id(tmp_path: Path
     scores = tmp_path / "scores" / "scores.csv"
     scores.parent.mkdir()
     scores.write_text("model,benchmark,score\nm0,mmlu_anatomy,0.5\n")
-    from sparseeval.readers.detect import read_source
-    from sparseeval.validation import validate_results
+    from sparseeval.data.readers.detect import read_source
+    from sparseeval.data.readers.validation import validate_results
 
     with pytest.raises(InputError, match="subtask 'anatomy' of 'mmlu': its score is not a mmlu score"):
         validate_results(read_source(scores), scores)
 
 
 def test_lighteval_suites_and_subtasks_through_the_reader(tmp_path: Path) -> None:
-    from sparseeval.readers.detect import read_source
+    from sparseeval.data.readers.detect import read_source
 
     results = tmp_path / "org" / "m" / "results_2025-01-02T03-04-05.000001.json"
     results.parent.mkdir(parents=True)
@@ -283,8 +283,8 @@ def test_lighteval_suites_and_subtasks_through_the_reader(tmp_path: Path) -> Non
 def test_every_mapped_task_maps_back_to_itself(tag: str) -> None:
     """Export writes an item back as (lm-eval task, doc): every task of the release that lands on a
     leaderboard benchmark comes back as itself (leaderboard_ifeval, the copy of ifeval, as ifeval)."""
-    from sparseeval.artifact import harness_location
-    from sparseeval.tasks import harness_task
+    from sparseeval.data.tasks import harness_task
+    from sparseeval.estimate.artifact import harness_location
 
     checked = 0
     for task in releases()["lm-eval"][tag]["tasks"]:
@@ -300,6 +300,6 @@ def test_every_mapped_task_maps_back_to_itself(tag: str) -> None:
 
 
 def test_leaderboard_v2_tasks_are_the_harness_leaderboard_group() -> None:
-    from sparseeval.tasks import LEADERBOARD_V2_TASKS
+    from sparseeval.data.tasks import LEADERBOARD_V2_TASKS
 
     assert leaves(releases()["lm-eval"]["v0.4.12"], "leaderboard") == LEADERBOARD_V2_TASKS

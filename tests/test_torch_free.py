@@ -19,10 +19,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sparseeval.artifact import STATE_FILE, ArtifactError, load_predictor, upgrade
-from sparseeval.fitting import fit_predictor
-from sparseeval.methods import available_methods
-from sparseeval.predicting import predict
+from sparseeval.estimate.artifact import STATE_FILE, ArtifactError, load_predictor, upgrade
+from sparseeval.estimate.fitting import fit_predictor
+from sparseeval.estimate.methods import available_methods
+from sparseeval.estimate.predicting import predict
 from tests.test_artifact import irt_long
 
 V1 = Path(__file__).parent / "fixtures" / "predictor_v1"
@@ -120,7 +120,7 @@ def test_store_commands_run_without_the_extras(tmp_path: Path) -> None:
 def _torch_forward(state: dict[str, np.ndarray], coef: np.ndarray, intercept: np.ndarray,
                    X: np.ndarray) -> np.ndarray:
     """``sparseeval-mlp``'s prediction written again in torch, one member and one layer at a time with
-    ``torch.nn.functional.linear`` (not :class:`~sparseeval.methods.proxies.BatchedMLP`, not the NumPy
+    ``torch.nn.functional.linear`` (not :class:`~sparseeval.estimate.methods.proxies.BatchedMLP`, not the NumPy
     code), in float64: the ridge's logit plus each member's MLP correction, through the sigmoid, averaged
     over the members."""
     import torch

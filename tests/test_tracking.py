@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from sparseeval.methods import base as methods_base
-from sparseeval.methods.base import AnchorEstimator, register
+from sparseeval.estimate.methods import base as methods_base
+from sparseeval.estimate.methods.base import AnchorEstimator, register
 
 if TYPE_CHECKING:
-    from sparseeval.tracking import TrackingConfig
+    from sparseeval.publish.tracking import TrackingConfig
 
-# sparseeval.tracking (and with it mlflow, seconds of import) is imported inside the tests that use
+# sparseeval.publish.tracking (and with it mlflow, seconds of import) is imported inside the tests that use
 # it, so collecting this module (every pytest-xdist worker does) stays cheap: all but one test is slow.
 
 _TEST_METHOD = "_test_weighted_mean"
@@ -63,7 +63,7 @@ def fresh_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproc
     cwd: creating it runs MLflow's migrations, seconds on a busy disk, so it is done once."""
     root = tmp_path_factory.mktemp("tracking")
     folder = root / "data"
-    code = ("import sys; from pathlib import Path; from sparseeval.tracking import TrackingConfig, "
+    code = ("import sys; from pathlib import Path; from sparseeval.publish.tracking import TrackingConfig, "
             "ensure_experiment; print(ensure_experiment(TrackingConfig(data_dir=Path(sys.argv[1]), "
             "experiment='warm-up')))")
     done = subprocess.run([sys.executable, "-c", code, str(folder)], cwd=root, capture_output=True,
@@ -91,7 +91,7 @@ def test_store_creation_is_quiet_and_local(
 @pytest.fixture
 def cfg(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         request: pytest.FixtureRequest) -> TrackingConfig:
-    from sparseeval.tracking import TrackingConfig
+    from sparseeval.publish.tracking import TrackingConfig
 
     # run from an empty cwd so a stray ./mlruns would be caught; one experiment per test
     work = tmp_path / "cwd"
@@ -105,7 +105,7 @@ def _artifact_dir(cfg: TrackingConfig, run_id: str) -> Path:
 
 
 def test_default_config_is_local_sqlite_with_explicit_artifacts(tmp_path: Path) -> None:
-    from sparseeval.tracking import TrackingConfig
+    from sparseeval.publish.tracking import TrackingConfig
 
     cfg = TrackingConfig(data_dir=tmp_path)
     assert cfg.resolved_tracking_uri == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
@@ -118,7 +118,7 @@ def test_default_config_is_local_sqlite_with_explicit_artifacts(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_ensure_experiment_is_idempotent(cfg: TrackingConfig) -> None:
-    from sparseeval.tracking import ensure_experiment
+    from sparseeval.publish.tracking import ensure_experiment
 
     first = ensure_experiment(cfg)
     assert ensure_experiment(cfg) == first
@@ -135,7 +135,7 @@ def test_evaluation_runs_comparison_and_registry(cfg: TrackingConfig, tmp_path: 
                                                  capfd: pytest.CaptureFixture[str]) -> None:
     import pandas as pd
 
-    from sparseeval.tracking import (
+    from sparseeval.publish.tracking import (
         CHAMPION,
         download_predictor,
         ensure_experiment,
@@ -231,7 +231,7 @@ def test_evaluation_runs_comparison_and_registry(cfg: TrackingConfig, tmp_path: 
 
 @pytest.mark.slow
 def test_failed_run_is_marked_failed(cfg: TrackingConfig, tmp_path: Path) -> None:
-    from sparseeval.tracking import ensure_experiment, log_evaluation_run, register_predictor
+    from sparseeval.publish.tracking import ensure_experiment, log_evaluation_run, register_predictor
 
     with pytest.raises(FileNotFoundError):
         log_evaluation_run(cfg, benchmark="gsm8k", method="random", k=3, seed=1, params={},
@@ -247,8 +247,8 @@ def test_failed_run_is_marked_failed(cfg: TrackingConfig, tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_register_published_predictor_folder(cfg: TrackingConfig, tmp_path: Path, estimator_cls) -> None:
-    """A folder written by sparseeval.artifact (hash-verified on load) registers and predicts."""
-    from sparseeval.tracking import (
+    """A folder written by sparseeval.estimate.artifact (hash-verified on load) registers and predicts."""
+    from sparseeval.publish.tracking import (
         download_predictor,
         load_estimator_from_folder,
         log_evaluation_run,
@@ -256,7 +256,7 @@ def test_register_published_predictor_folder(cfg: TrackingConfig, tmp_path: Path
         registered_model_name,
     )
 
-    artifact = pytest.importorskip("sparseeval.artifact")
+    artifact = pytest.importorskip("sparseeval.estimate.artifact")
     rng = np.random.default_rng(1)
     Y = (rng.random((60, 12)) < 0.5).astype(np.float32)
     est = estimator_cls(k=4).fit(Y, Y.mean(axis=1))
@@ -284,7 +284,7 @@ def test_register_published_predictor_folder(cfg: TrackingConfig, tmp_path: Path
 
 def _matrix(n_models: int = 120, n_items: int = 30, seed: int = 0):
     """A real ResponseMatrix with a latent ability, so a 5-anchor predictor is informative."""
-    from sparseeval.matrix import ResponseMatrix
+    from sparseeval.data.matrix import ResponseMatrix
 
     rng = np.random.default_rng(seed)
     ability = rng.normal(size=n_models)
@@ -300,13 +300,19 @@ def test_tracked_run_wraps_the_work_with_dataset_plots_and_metrics(cfg: Tracking
                                                                    estimator_cls) -> None:
     from types import SimpleNamespace
 
-    from sparseeval.plots import (
+    from sparseeval.publish.plots import (
         coverage_by_level,
         heldout_intervals,
         plot_coverage_by_level,
         plot_predicted_vs_true,
     )
-    from sparseeval.tracking import ensure_experiment, log_comparison, log_evaluation_run, runs_page_url, tracked_run
+    from sparseeval.publish.tracking import (
+        ensure_experiment,
+        log_comparison,
+        log_evaluation_run,
+        runs_page_url,
+        tracked_run,
+    )
 
     matrix = _matrix()
     split = SimpleNamespace(train=np.arange(60), val=np.arange(0), test=np.arange(60, 120))
@@ -369,7 +375,7 @@ def test_tracked_run_wraps_the_work_with_dataset_plots_and_metrics(cfg: Tracking
 
 @pytest.mark.slow
 def test_tracked_run_failure_is_recorded_and_raised(cfg: TrackingConfig) -> None:
-    from sparseeval.tracking import ensure_experiment, tracked_run
+    from sparseeval.publish.tracking import ensure_experiment, tracked_run
 
     with pytest.raises(RuntimeError, match="boom"), tracked_run(cfg, "champion", benchmark="gsm8k") as run:
         run.log_metrics({"test_mae": 2.0})
@@ -381,8 +387,8 @@ def test_tracked_run_failure_is_recorded_and_raised(cfg: TrackingConfig) -> None
 @pytest.mark.slow
 def test_registered_model_has_description_tags_and_alias(cfg: TrackingConfig, tmp_path: Path,
                                                          estimator_cls) -> None:
-    from sparseeval.artifact import save_predictor
-    from sparseeval.tracking import register_predictor, registered_model_name, tracked_run
+    from sparseeval.estimate.artifact import save_predictor
+    from sparseeval.publish.tracking import register_predictor, registered_model_name, tracked_run
 
     rng = np.random.default_rng(2)
     Y = (rng.random((60, 12)) < 0.5).astype(np.float32)

@@ -31,12 +31,13 @@ def test_wheel_installs_and_ingests_outside_the_checkout(tmp_path: Path) -> None
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
                               str(wheel)], capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stderr[-2000:]
-    assert (site / "sparseeval" / "serve" / "dagster_postgres.yaml").is_file()  # the served mode's instance config
+    # the served mode's instance config
+    assert (site / "sparseeval" / "interfaces" / "serve" / "dagster_postgres.yaml").is_file()
     (tmp_path / "data.csv").write_text("model,benchmark,item_id,score\nm1,arc,1,1\nm1,arc,2,0\n")
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "import sparseeval, pipelines\n"
-        "from sparseeval.store import Store\n"
+        "from sparseeval.data.store import Store\n"
         "assert sparseeval.__file__.startswith(sys.argv[1]), sparseeval.__file__\n"
         "store = Store('w.duckdb')\n"
         "report = store.ingest('data.csv')\n"
@@ -58,7 +59,7 @@ def test_light_install_predicts_and_exports_without_torch(tmp_path: Path) -> Non
     extra. Sizes and times are measured by ``bench/light_install.py``, not here."""
     import json
 
-    from sparseeval.cli import main
+    from sparseeval.interfaces.cli import main
     from tests.hub_server import HubServer, Repo, files_from
 
     wheel = build_wheel(tmp_path / "dist")

@@ -1,0 +1,1 @@
+from sparseeval.data.readers.base import InputError, ParsedResults  # noqa: F401

@@ -1,1 +1,0 @@
-from sparseeval.readers.base import InputError, ParsedResults  # noqa: F401
