@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from sparseeval.data.matrix import ResponseMatrix, build_matrix
-from sparseeval.estimate.methods import device as device_mod
 from sparseeval.estimate.budget import ALWAYS, comparison_plan
 from sparseeval.estimate.evaluation import ProtocolConfig, fit_on_split, split_for_seed
+from sparseeval.estimate.methods import device as device_mod
 from sparseeval.estimate.methods import selection
 from sparseeval.estimate.methods.baselines import item_embedding, item_vectors
 from sparseeval.estimate.methods.proxies import ridge_gcv_from_gram, ridge_gcv_swaps
