@@ -48,9 +48,9 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-# README's settings tables, regenerated from sparseeval/core/settings.py (tests/test_settings_home.py checks them)
+# docs/settings.md: the settings tables, regenerated from sparseeval/core/settings.py (tests/test_settings_home.py checks them)
 settings-table: install
-	$(PY) -m sparseeval.core.settings README.md
+	$(PY) -m sparseeval.core.settings_table docs/settings.md
 
 # The Open LLM Leaderboard v1 predictors (one per benchmark, and the joint one), each a folder ready for
 # `hf upload ORG/REPO predictors/openllm_v1/<benchmark> .`: predictor.json, state.safetensors, the model

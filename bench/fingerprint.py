@@ -27,6 +27,7 @@ from typing import Any
 
 import polars as pl
 
+from sparseeval.core.settings import RefreshSettings
 from sparseeval.data.access.matrix_store import MatrixStore
 from sparseeval.data.access.sources import read_data
 from sparseeval.data.store import Store
@@ -34,7 +35,7 @@ from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
 from sparseeval.estimate.artifact import load_predictor
 from sparseeval.estimate.fitting import ProbeSettings, fit_predictor
 from sparseeval.estimate.predicting import predict
-from sparseeval.publish.refresh_policy import FitSettings, refresh_benchmark
+from sparseeval.publish.refresh_policy import refresh_benchmark
 from sparseeval.publish.tracking import TrackingConfig
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -70,7 +71,7 @@ def refreshed(tmp: Path) -> list[dict[str, Any]]:
     for bench in ("arc", "gsm8k"):
         matrix = MatrixStore.beside(store).update(store, bench).matrix
         result = refresh_benchmark(matrix, store, TrackingConfig(data_dir=tmp), tmp / "predictors",
-                                   FitSettings(k=10, device="cpu"), publish=True, challenger=False)
+                                   RefreshSettings(k=10, device="cpu"), publish=True, challenger=False)
         row = store.champion(bench)
         published = None if row is None else load_predictor(row["artifact_uri"]).content_hash
         out.append({"benchmark": bench, "decision": result.decision, "content_hash": published,

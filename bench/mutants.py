@@ -68,6 +68,7 @@ BEYOND = "tests/test_beyond.py"
 POLICY = "tests/test_refresh_policy.py"
 JOINT_FRONTIER = "tests/test_joint_frontier.py"
 PROBE = "tests/test_probe.py"
+SETTINGS = "sparseeval/core/settings.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("alias-not-moved", "the MLflow champion alias set once, never moved to a newer champion",
@@ -84,27 +85,28 @@ MUTANTS: tuple[Mutant, ...] = (
              "            pass"),),
            ("tests/test_champion_change.py",)),
     Mutant("fit-key-without-alpha", "alpha left out of the fit key",
-           (("sparseeval/publish/refresh_policy.py", '"split_policy": self.split_policy, "alpha": self.alpha,',
-             '"split_policy": self.split_policy,'),),
+           ((SETTINGS, '"interval miscoverage (0.1: 90 % intervals)", keys=(FIT, JOINT))',
+             '"interval miscoverage (0.1: 90 % intervals)", keys=(JOINT,))'),),
            (KEYS, "-k", "keys_it_affects")),
     Mutant("fit-key-without-coverage-tolerance", "coverage_tolerance left out of the fit key",
-           (("sparseeval/publish/refresh_policy.py", '"coverage_tolerance": self.coverage_tolerance, ', ""),),
+           ((SETTINGS, '(finite-sample slack)",\n        keys=(FIT, JOINT))',
+             '(finite-sample slack)",\n        keys=(JOINT,))'),),
            (KEYS, "-k", "keys_it_affects")),
     Mutant("fit-key-without-challenger-margin", "challenger_margin left out of the fit key",
-           (("sparseeval/publish/refresh_policy.py", '"challenger_margin": self.challenger_margin,', ""),),
+           ((SETTINGS, 'held-out MAE is this fraction lower",\n        keys=(FIT, JOINT))',
+             'held-out MAE is this fraction lower",\n        keys=(JOINT,))'),),
            (KEYS, "-k", "keys_it_affects")),
     Mutant("fit-key-without-challenger-days", "challenger_min_days left out of the fit key",
-           (("sparseeval/publish/refresh_policy.py",
-             '\n                "challenger_min_days": self.challenger_min_days,',
-             ""),),
+           ((SETTINGS, '"at most one champion change per this many days",\n' + " " * 47 + "keys=(FIT, JOINT))",
+             '"at most one champion change per this many days",\n' + " " * 47 + "keys=(JOINT,))"),),
            (KEYS, "-k", "keys_it_affects")),
     Mutant("frontier-selfcheck-never-remeasured", "the stored frontier self-check reused however much the data grew",
-           (("sparseeval/publish/refresh_policy.py", "        if not 0 <= grown < SELFCHECK_NEW_SHARE:",
+           (("sparseeval/publish/selfcheck_reuse.py", "        if not 0 <= grown < SELFCHECK_NEW_SHARE:",
              "        if grown < 0:"),),
            ("tests/test_refresh_policy.py", "-k", "frontier_selfcheck")),
     Mutant("fit-skips-frontier-selfcheck", "sparseeval fit saves a predictor without the frontier self-check "
                                            "(nothing says it misses the stronger models silently)",
-           (("sparseeval/interfaces/commands/fit.py", "frontier_quantile=args.frontier_quantile, probe=probe)",
+           (("sparseeval/interfaces/commands/fit.py", "frontier_quantile=cut, probe=probe)",
              "frontier_quantile=None, probe=probe)"),),
            ("tests/test_frontier.py", "-k", "warns_above_the_cut")),
     Mutant("failed-cut-warns-below", "predict warns below the score where the self-check failed instead of above it",
@@ -160,18 +162,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("selfcheck-sees-held-out-models", "the pipeline's frontier self-check measured on every model, the "
                                              "candidate's held-out test models included",
            (("sparseeval/publish/refresh_policy.py",
-             "probed_selfcheck(self.matrix, np.concatenate([self.split.train, self.split.val]),",
-             "probed_selfcheck(self.matrix, np.arange(len(self.matrix.models)),"),),
+             "            rows = np.concatenate([self.split.train, self.split.val])",
+             "            rows = np.arange(len(self.matrix.models))"),),
            ("tests/test_refresh_policy.py", "-k", "frontier_selfcheck")),
     Mutant("joint-selfcheck-sees-held-out-models", "the joint predictor's frontier self-check measured on every "
                                                    "model, the joint split's held-out models included",
-           (("sparseeval/publish/refresh_policy.py", "joint_frontier_selfcheck(data, fitting, k,",
+           (("sparseeval/publish/refresh_joint.py", "joint_frontier_selfcheck(data, fitting, k,",
              "joint_frontier_selfcheck(data, np.arange(len(data.models)), k,"),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-gates-only-the-mean", "the joint predictor's frontier check sees its mean output only",
-           (("sparseeval/publish/refresh_policy.py",
-             'known_items=set(data.columns), frontier=gated_figures(frontier, MEAN))',
-             'known_items=set(data.columns), frontier={MEAN: frontier["outputs"][MEAN]})'),),
+           (("sparseeval/publish/refresh_joint.py",
+             "known_items=set(data.columns), frontier=selfcheck.gated())",
+             "known_items=set(data.columns), frontier={MEAN: selfcheck.outputs[MEAN]})"),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-selfcheck-cut-on-one-benchmark", "the joint self-check cut on its first benchmark's score, "
                                                    "not the mean score",
@@ -184,12 +186,13 @@ MUTANTS: tuple[Mutant, ...] = (
              "_joint_beyond_cut(sub, sub.S.mean(axis=1), b, [b],"),),
            (JOINT_FRONTIER, "-k", "own_cut")),
     Mutant("joint-own-cut-not-gated", "the joint predictor's own-score cuts measured and stored but not gated",
-           (("sparseeval/estimate/frontier.py",
-             "**{own_cut_label(b): f for b, f in own_cut_outputs(frontier).items()}}", "}"),),
+           (("sparseeval/estimate/selfcheck.py",
+             "return {**self.outputs, **{own_cut_label(b): f for b, f in self.own_cut.items()}}",
+             "return {**self.outputs}"),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-own-cut-sees-held-out-models", "the joint predictor's own-score cuts measured on every model, the "
                                                  "joint split's held-out models included",
-           (("sparseeval/publish/refresh_policy.py", "joint_own_cut_selfcheck(data, fitting, k,",
+           (("sparseeval/publish/refresh_joint.py", "joint_own_cut_selfcheck(data, fitting, k,",
              "joint_own_cut_selfcheck(data, np.arange(len(data.models)), k,"),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("joint-mean-flags-not-carried", "predict (and next, through the same first stage) flags a joint "
@@ -205,13 +208,10 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/estimate/frontier.py", "        why = [own if opens_upward(own) else own",
              "        why = [own if direction(own) > 0 else own"),),
            (JOINT_FRONTIER, "-k", "carried")),
-    Mutant("joint-note-never-said", "predict looks up a joint predictor's self-check under its own name, so no "
-                                    "output's note is printed",
-           # planted in predict's lookup alone: the same slip in frontier.selfcheck_outputs also reaches the
-           # refresh's gate, which then crashes on a KeyError before any note's assertion is reached
+    Mutant("joint-note-never-said", "predict counts a joint predictor's flagged predictions under the predictor's "
+                                    "own name, so no output's note is printed",
            (("sparseeval/interfaces/commands/predict.py",
-             "        for output, figures in selfcheck_outputs(frontier, art.benchmark).items():",
-             "        for output, figures in {art.benchmark: frontier}.items():"),),
+             "upward = Counter(p.benchmark for p in preds", "upward = Counter(art.benchmark for p in preds"),),
            (JOINT_FRONTIER, "-k", "gates")),
     Mutant("lift-error-model-inverted", "the lift's error model fitted the wrong way round (score given the "
                                         "prediction instead of the prediction given the score)",
@@ -242,43 +242,43 @@ MUTANTS: tuple[Mutant, ...] = (
            (POLICY, "-k", "gates_publication")),
     Mutant("frontier-figures-not-in-mlflow", "the candidate's MLflow run without its frontier metrics",
            (("sparseeval/publish/refresh_policy.py",
-             '                         **{f"frontier/{name}": v for name, v in frontier_metrics(frontier).items()},\n',
+             '                         **{f"frontier/{name}": v for name, v in figures.metrics().items()},\n',
              ""),),
            (POLICY, "-k", "gates_publication")),
     Mutant("frontier-figures-not-in-predictor", "the published predictor.json without its frontier figures",
-           (("sparseeval/publish/refresh_policy.py",
-             "settings=db.training_settings(matrix.benchmark), frontier=self.frontier)",
+           (("sparseeval/publish/refresh_steps.py",
+             "settings=db.training_settings(matrix.benchmark), frontier=self.selfcheck)",
              "settings=db.training_settings(matrix.benchmark))"),),
            (POLICY, "-k", "gates_publication")),
     Mutant("frontier-columns-not-in-duckdb", "the anchor set's frontier_* columns (and so the analysts' view) "
                                              "left empty",
-           (("sparseeval/publish/refresh_policy.py", "            **frontier_fields(frontier))", "            )"),),
+           (("sparseeval/publish/refresh_steps.py", "            **selfcheck.figures.store_columns())",
+             "            )"),),
            (POLICY, "-k", "gates_publication")),
     Mutant("frontier-quantile-not-passed", "SPARSEEVAL_FRONTIER_QUANTILE read but the self-check cut at 0.9 "
                                            "whatever it says",
            (("sparseeval/publish/refresh_policy.py",
-             "self.k, s.seed, probe, quantile=s.frontier_quantile, alpha=s.alpha,",
-             "self.k, s.seed, probe, quantile=0.9, alpha=s.alpha,"),),
+             "s.method, self.k, s.seed, quantile=s.frontier_quantile, alpha=s.alpha,",
+             "s.method, self.k, s.seed, quantile=0.9, alpha=s.alpha,"),),
            (POLICY, "-k", "gates_publication")),
     Mutant("selfcheck-note-counts-nothing", "predict's note on a flagged stronger model never shown (it counts the "
                                             "models flagged weaker)",
            (("sparseeval/interfaces/commands/predict.py",
-             "sum(p.beyond > 0 for p in preds", "sum(p.beyond < 0 for p in preds"),),
+             "for p in preds if p.beyond > 0)", "for p in preds if p.beyond < 0)"),),
            (FRONTIER, "-k", "how_far_off")),
     Mutant("comparison-key-without-budget", "the comparison budget left out of the comparison key",
-           (("sparseeval/publish/comparison.py", ',\n                "budget_s": self.budget_s}', "}"),),
+           (("sparseeval/core/settings.py", 'keys=(COMPARISON,), key_name="budget_s")', 'key_name="budget_s")'),),
            (KEYS, "-k", "keys_it_affects")),
     Mutant("comparison-staleness-ignored", "the due check takes any earlier comparison for one under these settings",
            (("sparseeval/publish/comparison.py",
-             'if row["data_version"] and row["run_key"] == comparison_key(row["data_version"], '
-             'settings.key_settings()):',
-             'if row["data_version"]:'),),
+             "                 if c.run_key == comparison_key(c.data_version, wanted)), None)",
+             "                 if c.data_version), None)"),),
            (KEYS, "-k", "sensor")),
     Mutant("sensor-asks-with-joint-settings", "the stale-benchmarks sensor keys its question with the joint settings",
            (("pipelines/automation.py",
-             "        stale = stale_benchmarks(db, settings.fit_settings())\n"
+             "        stale = stale_benchmarks(db, settings.settings().key_settings(FIT))\n"
              "        benchmarks = db.benchmarks()",
-             "        stale = stale_benchmarks(db, settings.joint_settings())\n"
+             "        stale = stale_benchmarks(db, settings.settings().key_settings(\"joint\"))\n"
              "        benchmarks = db.benchmarks()"),),
            (KEYS, "-k", "sensor")),
     Mutant("mmlu-pro-by-prefix", "a task mapped to mmlu_pro by the prefix of its name",
@@ -382,14 +382,15 @@ MUTANTS: tuple[Mutant, ...] = (
            (PROBE_REFRESH, "-k", "publishes_mmlu")),
     Mutant("refresh-selfcheck-ignores-probe", "the refresh's frontier check is measured from the anchors alone "
            "although its predictors carry a probe",
-           (("sparseeval/publish/refresh_probe.py", "device=device,\n                               probe=probe)",
-             "device=device,\n                               probe=None)"),),
+           (("sparseeval/publish/refresh_policy.py", "device=s.device, probe=probe)))",
+             "device=s.device, probe=None)))"),),
            (PROBE_REFRESH, "-k", "publishes_mmlu")),
     Mutant("probe-fallback-keeps-probe-figures", "a candidate whose probe could not be fitted is gated on the "
            "figures of a probe it does not carry",
-           (("sparseeval/publish/refresh_probe.py",
-             '    return {**rest, **figures["anchors_alone"], "probe_note": why}',
-             '    return {**figures, "probe_note": why}'),),
+           (("sparseeval/estimate/selfcheck.py",
+             "        return replace(self, **alone.to_json(), probe_items=None, probe_target=None, "
+             "anchors_alone=None,\n                       probe_note=why)",
+             "        return replace(self, probe_note=why)"),),
            (PROBE_REFRESH, "-k", "falls_back")),
     Mutant("raised-bar-hides-failed-cut", "a frontier bar raised to publish a failing predictor knowingly also "
            "drops predict's 'may be too low' warning above the cut it failed",

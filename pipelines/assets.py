@@ -37,7 +37,8 @@ from sparseeval.estimate.methods.joint import JOINT_METHOD
 from sparseeval.publish.comparison import compare_methods
 from sparseeval.publish.publishing import Publisher, published_path, score_anchor_only_models
 from sparseeval.publish.refresh import matrix_range_check
-from sparseeval.publish.refresh_policy import RefreshResult, refresh_benchmark, select_challenger
+from sparseeval.publish.refresh_outcome import RefreshResult
+from sparseeval.publish.refresh_policy import refresh_benchmark, select_challenger
 
 GROUP = "sparseeval"
 OWNERS = ["team:sparseeval"]
@@ -145,17 +146,12 @@ def response_matrix(context: dg.AssetExecutionContext, store: StoreResource):
 # --- (pipelines/checks.py) read its decision ---------------------------------------------------------
 
 def refresh_metadata(result: RefreshResult) -> dict[str, Any]:
-    """A refresh's outcome as the fit step's metadata (for a benchmark and the joint predictor alike)."""
-    meta: dict[str, Any] = {"decision": result.decision, "evaluated": result.evaluated, "fit_key": result.fit_key,
-                            "data_version": result.data_version}
-    if result.status == "decided":
-        meta |= {"proposed": result.proposed, "challenger": result.challenger}
-    for name, value in result.figures.items():
+    """A refresh's outcome (:meth:`RefreshResult.metadata`) as the fit step's Dagster metadata: tables as
+    markdown, lists and mappings as JSON."""
+    meta: dict[str, Any] = {}
+    for name, value in result.metadata().items():
         if isinstance(value, pl.DataFrame):
             meta[name] = dg.MetadataValue.md(_markdown(value))
-        elif name == "anchors":
-            meta[name] = dg.MetadataValue.md(_markdown(pl.DataFrame({"position": range(len(value)),
-                                                                     "item_id": value})))
         elif isinstance(value, list | dict):
             meta[name] = dg.MetadataValue.json(value)
         else:
@@ -175,7 +171,7 @@ def refresh_metadata(result: RefreshResult) -> dict[str, Any]:
 def candidate(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
               settings: SettingsResource, tracking: TrackingResource):
     result = refresh_benchmark(response_matrix, store.store(), tracking.config(), settings.predictor_dir,
-                               settings.fit(), log=context.log, run_tags={"dagster.run_id": context.run_id},
+                               settings.settings(), log=context.log, run_tags={"dagster.run_id": context.run_id},
                                challenger=False)  # the challenger asset selects it after the publication
     if result.status != "skipped":  # skipped: no materialization, so the checks and the publish step skip
         yield dg.MaterializeResult(metadata=refresh_metadata(result))
@@ -235,7 +231,7 @@ def publish_open(context: dg.AssetExecutionContext, bench: str, store: StoreReso
 def challenger(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
                settings: SettingsResource, tracking: TrackingResource):
     result = select_challenger(response_matrix, store.store(), tracking.config(), settings.predictor_dir,
-                               settings.fit(), log=context.log, run_tags={"dagster.run_id": context.run_id},
+                               settings.settings(), log=context.log, run_tags={"dagster.run_id": context.run_id},
                                publish=True)
     if result.status == "skipped":
         context.log.info("%s: %s", response_matrix.benchmark, result.decision)
@@ -255,12 +251,13 @@ def challenger(context: dg.AssetExecutionContext, response_matrix: ResponseMatri
                       "Its key (data version and every comparison setting) already compared: no materialization.")
 def evaluation(context: dg.AssetExecutionContext, response_matrix: ResponseMatrix, store: StoreResource,
                tracking: TrackingResource, settings: SettingsResource):
-    result = compare_methods(response_matrix, store.store(), tracking.config(), settings.comparison(),
+    result = compare_methods(response_matrix, store.store(), tracking.config(), settings.settings(),
                              log=context.log, run_tags={"dagster.run_id": context.run_id})
     if result.status == "skipped":
         return
     assert result.plan is not None and result.table is not None and result.plot_png is not None
     yield dg.MaterializeResult(metadata={
+        "summary": f"{result.message}; {result.plan.describe()}",
         "runs": result.rows, "mlflow_run_id": result.mlflow_run_id, "data_version": result.data_version,
         "comparison_key": result.key, "plan": result.plan.describe(), "plan_reduced": result.plan.reduced,
         "method_ranking": dg.MetadataValue.md(_markdown(result.table.sort("k", "mae_mean"))),

@@ -37,13 +37,13 @@ from pipelines.joint import joint_anchors, joint_champion
 from pipelines.partitions import BENCHMARK_PARTITIONS, benchmark_partitions, partition_key
 from pipelines.resources import SettingsResource, SourceResource, StoreResource
 from sparseeval.core import settings as defaults
+from sparseeval.core.settings import FIT
 from sparseeval.data.access.hub_sources import HubFetcher
-from sparseeval.data.benchmarks import BenchmarkNameError, joint_benchmarks
 from sparseeval.data.readers.detect import discover
 from sparseeval.data.store.pinning import unit_sha256
-from sparseeval.estimate.methods.joint import JOINT_METHOD
 from sparseeval.publish.comparison import comparisons_due
-from sparseeval.publish.refresh import fit_key, joint_data_version, stale_benchmarks
+from sparseeval.publish.refresh import stale_benchmarks
+from sparseeval.publish.sequence import joint_due
 
 #: seconds between sensor evaluations (``SPARSEEVAL_SENSOR_INTERVAL``; read when the code location loads)
 SENSOR_INTERVAL: int = defaults.SETTINGS["sensor_interval"].value()
@@ -84,7 +84,7 @@ def weekly_comparison(context: dg.ScheduleEvaluationContext, store: StoreResourc
     the refreshes deferred because few models were new)."""
     db = store.store()
     with db.pinned():
-        due = comparisons_due(db, settings.comparison(), scheduled=True)
+        due = comparisons_due(db, settings.settings(), scheduled=True)
     if not due:
         return dg.SkipReason("every benchmark's current data is compared already")
     stamp = context.scheduled_execution_time.strftime("%Y-%m-%d")
@@ -177,7 +177,7 @@ def stale_benchmarks_sensor(context: dg.SensorEvaluationContext, store: StoreRes
     run each; new benchmarks get their partition first."""
     db = store.store()
     with db.pinned():  # staleness and the benchmark list from one state of the store
-        stale = stale_benchmarks(db, settings.fit_settings())
+        stale = stale_benchmarks(db, settings.settings().key_settings(FIT))
         benchmarks = db.benchmarks()
     known = set(context.instance.get_dynamic_partitions(BENCHMARK_PARTITIONS))
     new = sorted({partition_key(b) for b in benchmarks} - known)
@@ -203,8 +203,8 @@ def comparison_sensor(context: dg.SensorEvaluationContext, store: StoreResource,
     a comparison deferred for a small share of new models is left to ``weekly_comparison``."""
     db = store.store()
     with db.pinned():  # staleness and what is due from one state of the store
-        stale = stale_benchmarks(db, settings.fit_settings())
-        due = comparisons_due(db, settings.comparison(), skip=list(stale))
+        stale = stale_benchmarks(db, settings.settings().key_settings(FIT))
+        due = comparisons_due(db, settings.settings(), skip=list(stale))
     busy = {r.dagster_run.tags.get("dagster/partition") for r in context.instance.get_run_records(
         dg.RunsFilter(job_name=refresh_job.name, statuses=IN_PROGRESS))}
     requests = [dg.RunRequest(run_key=f"compare-{partition_key(b)}-{d.key[:16]}", partition_key=partition_key(b),
@@ -226,29 +226,15 @@ def _last_refresh_failed(instance: dg.DagsterInstance, bench: str) -> bool:
 
 @dg.sensor(job=joint_job, minimum_interval_seconds=SENSOR_INTERVAL, default_status=dg.DefaultSensorStatus.RUNNING)
 def joint_sensor(context: dg.SensorEvaluationContext, store: StoreResource, settings: SettingsResource):
-    """After the refreshes of a batch (failed ones included): one ``joint`` run, when its fit key is new."""
+    """After the refreshes of a batch (failed ones included): one ``joint`` run, when the library says it is due
+    (:func:`sparseeval.publish.sequence.joint_due`: its key, the benchmarks it waits for, enough common models)."""
     busy = context.instance.get_run_records(dg.RunsFilter(job_name=refresh_job.name, statuses=IN_PROGRESS), limit=1)
     if busy:
         return dg.SkipReason("refresh runs still in progress: the joint predictor waits for the last one")
-    db = store.store()
-    with db.pinned():  # data versions, staleness and the decided keys from one state of the store
-        versions = db.data_versions()
-        stale = stale_benchmarks(db, settings.fit_settings())
-        decided = db.latest_fit_keys().get(JOINT_METHOD)
-    try:
-        chosen = joint_benchmarks(settings.joint_benchmarks, sorted(versions))
-    except BenchmarkNameError as exc:  # listed benchmarks the store does not hold (yet)
-        return dg.SkipReason(f"the joint predictor cannot run: {exc}")
-    if len(chosen) < 2:
-        return dg.SkipReason(f"a joint predictor needs two benchmarks or more, have {', '.join(chosen) or 'none'}")
-    waiting = [b for b in chosen if b in stale and not _last_refresh_failed(context.instance, b)]
-    if waiting:
-        return dg.SkipReason(f"waiting for the refresh of {', '.join(waiting)}")
-    key = fit_key(joint_data_version({b: versions[b] for b in chosen}),
-                  {**settings.joint_settings(), "benchmarks": chosen})
-    if decided == key:
-        return dg.SkipReason("the joint predictor is up to date with its benchmarks' data and the settings")
-    failed = [b for b in chosen if b in stale]
-    return dg.RunRequest(run_key=f"joint-{key[:16]}",
-                         tags={"sparseeval/why": ("benchmarks whose last refresh failed use their previous matrix: "
-                                                  + ", ".join(failed)) if failed else "new data or settings"})
+    db, chosen = store.store(), settings.settings()
+    with db.pinned():  # staleness, data versions and the decided keys from one state of the store
+        due = joint_due(db, chosen, stale=stale_benchmarks(db, chosen.key_settings(FIT)),
+                        failed=lambda bench: _last_refresh_failed(context.instance, bench))
+    if not due.due:
+        return dg.SkipReason(due.reason)
+    return dg.RunRequest(run_key=f"joint-{due.key[:16]}", tags={"sparseeval/why": due.reason[:200]})

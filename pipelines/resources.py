@@ -1,8 +1,9 @@
 """Dagster resources: thin handles on the library's DuckDB store, MLflow tracking and settings.
 
-Every default and its environment variable lives in :mod:`sparseeval.core.settings` (the CLI reads the
-same module). A variable that is set is passed as ``dg.EnvVar`` (the UI shows it as coming from the
-environment, and its value is read when the run starts); an unset one takes the default.
+Every setting, its default and its environment variable is declared in :mod:`sparseeval.core.settings` (the
+CLI reads the same declarations). :func:`default_resources` reads every variable once, when the code location
+loads, checked by its declared type (a bad value is refused naming the variable); a run's config can change
+any of them in the UI, checked the same way when the run starts (:meth:`SettingsResource.settings`).
 """
 
 from __future__ import annotations
@@ -11,26 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from pydantic import Field, create_model
 
 from sparseeval.core import settings as defaults
+from sparseeval.core.settings import RefreshSettings
 from sparseeval.data.access.hub_sources import HubSource, parse_sources, parse_tasks
 from sparseeval.data.access.matrix_store import MatrixStore
 from sparseeval.data.store import Store
 from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
-from sparseeval.publish.comparison import ComparisonSettings
-from sparseeval.publish.refresh_policy import FitSettings
 from sparseeval.publish.tracking import TrackingConfig
-
-
-def _env_or(name: str, default: Any = None) -> Any:
-    """``dg.EnvVar`` for a setting whose variable is set, else ``default`` (None: the setting's own,
-    as the resource field holds it: a number parsed, a list as its comma-separated text)."""
-    setting = defaults.SETTINGS[name]
-    if setting.is_set():
-        return dg.EnvVar.int(setting.env) if setting.parse is int else dg.EnvVar(setting.env)
-    if default is not None:
-        return default
-    return setting.default_value if setting.parse in (int, float) else setting.default
 
 
 class StoreResource(dg.ConfigurableResource):
@@ -96,71 +86,42 @@ class SourceResource(dg.ConfigurableResource):
         return root
 
 
-_FIT, _COMPARE = FitSettings(), ComparisonSettings()
+def _resource_fields() -> dict[str, Any]:
+    """The Dagster config fields of :class:`SettingsResource`, one per field of
+    :class:`~sparseeval.core.settings.RefreshSettings`: its type (a list as its comma-separated text: Dagster's
+    config has no tuples), default and description."""
+    fields: dict[str, Any] = {}
+    for name, declared in RefreshSettings.model_fields.items():
+        kind, default = declared.annotation, declared.default
+        if isinstance(default, tuple):
+            kind, default = str, ",".join(map(str, default))
+        fields[name] = (kind, Field(default, description=declared.description))
+    return fields
 
 
-class SettingsResource(dg.ConfigurableResource):
-    """Selection, publishing and comparison settings shared by every asset of a run
-    (defaults: :mod:`sparseeval.core.settings`)."""
+class _SettingsBase(dg.ConfigurableResource):
+    """What :class:`SettingsResource` adds to the declared settings: where predictors are published, and the
+    settings as the library takes them."""
 
-    # the library's defaults (FitSettings, ComparisonSettings), as Dagster config the UI shows and edits
-    k: int = _FIT.k
-    method: str = _FIT.method
-    seed: int = _FIT.seed
-    val_frac: float = _FIT.val_frac
-    test_frac: float = _FIT.test_frac
-    split_policy: str = _FIT.split_policy
-    device: str = _FIT.device
-    alpha: float = _FIT.alpha  #: 1 - interval coverage
-    compare_methods: str = ",".join(_COMPARE.methods)
-    compare_ks: str = ",".join(map(str, _COMPARE.ks))
-    compare_seeds: int = _COMPARE.seeds
-    #: seconds the comparison may take per benchmark (0: no budget); it decides which cells run
-    compare_budget_s: float = _COMPARE.budget_s
-    compare_new_share: float = _COMPARE.new_share
-    challenger_margin: float = _FIT.challenger_margin
-    challenger_min_days: float = _FIT.challenger_min_days
-    coverage_tolerance: float = _FIT.coverage_tolerance
-    frontier_silent_max: float = _FIT.frontier_silent_max
-    frontier_quantile: float = _FIT.frontier_quantile  #: where the frontier self-check cuts the fitting models
     predictor_dir: str = str(Path(defaults.SETTINGS["data_dir"].default) / defaults.PREDICTORS_FOLDER)
-    joint_benchmarks: str = _FIT.joint_benchmarks  #: benchmarks of the joint predictor ("" every plain one, "none" off)
-    probe_items: int = _FIT.probe_items  #: the probe's first batch (0: predictors without a probe)
-    probe_batch: int = _FIT.probe_batch  #: items per later step of the probe
-    probe_max: int = _FIT.probe_max  #: the most probe items asked of one model
-    probe_target: float = _FIT.probe_target  #: the probe's target sampling half-width, points
-    probe_from: float = _FIT.probe_from  #: the calibration predictions' quantile from which the probe is asked
 
-    def fit(self) -> FitSettings:
-        """The refresh's settings as the library takes them."""
-        return FitSettings(k=self.k, method=self.method, seed=self.seed, val_frac=self.val_frac,
-                           test_frac=self.test_frac, split_policy=self.split_policy, alpha=self.alpha,
-                           coverage_tolerance=self.coverage_tolerance, challenger_margin=self.challenger_margin,
-                           challenger_min_days=self.challenger_min_days,
-                           frontier_silent_max=self.frontier_silent_max, frontier_quantile=self.frontier_quantile,
-                           device=self.device, joint_benchmarks=self.joint_benchmarks,
-                           probe_items=self.probe_items, probe_batch=self.probe_batch, probe_max=self.probe_max,
-                           probe_target=self.probe_target, probe_from=self.probe_from)
+    def settings(self) -> RefreshSettings:
+        """The refresh's settings, checked by their declared types (a bad value in the run's config is
+        refused naming the setting)."""
+        return RefreshSettings.from_values({name: getattr(self, name) for name in RefreshSettings.model_fields})
 
-    def comparison(self) -> ComparisonSettings:
-        """The comparison's settings as the library takes them."""
-        return ComparisonSettings(methods=tuple(m.strip() for m in self.compare_methods.split(",") if m.strip()),
-                                  ks=tuple(int(k) for k in self.compare_ks.split(",") if k.strip()),
-                                  seeds=self.compare_seeds, seed=self.seed, split_policy=self.split_policy,
-                                  val_frac=self.val_frac, test_frac=self.test_frac, device=self.device,
-                                  budget_s=self.compare_budget_s, new_share=self.compare_new_share)
 
-    def fit_settings(self) -> dict[str, Any]:
-        """Every setting that changes a fit, its calibration or its publishing checks (the fit key)."""
-        return self.fit().key_settings()
+#: every refresh setting as Dagster config the UI shows and edits (generated: a setting is declared once, in
+#: :class:`sparseeval.core.settings.RefreshSettings`), plus the predictors folder
+SettingsResource = create_model("SettingsResource", __base__=_SettingsBase, __module__=__name__,
+                                __doc__="Every refresh setting of a run, as Dagster config (generated from "
+                                        "sparseeval.core.settings.RefreshSettings), and the predictors folder.",
+                                **_resource_fields())
 
-    def comparison_settings(self) -> dict[str, Any]:
-        """Every setting that changes the comparison (its key); the budget decides which of its cells run."""
-        return self.comparison().key_settings()
 
-    def joint_settings(self) -> dict[str, Any]:
-        """The joint predictor's fit key settings: a benchmark's, its benchmark list and reference method."""
-        return self.fit().joint_key_settings()
+def _config_value(value: Any) -> Any:
+    """A setting's value as Dagster config holds it (a list as its comma-separated text)."""
+    return ",".join(map(str, value)) if isinstance(value, tuple) else value
 
 
 def default_resources() -> dict[str, Any]:
@@ -168,21 +129,14 @@ def default_resources() -> dict[str, Any]:
     from pipelines.io_managers import MatrixIOManager
 
     root = defaults.data_dir()
+    refresh = RefreshSettings.from_environment()
     return {
-        "store": StoreResource(path=_env_or("db", str(defaults.db_path()))),
+        "store": StoreResource(path=str(defaults.db_path())),
         "tracking": TrackingResource(data_dir=str(root), tracking_uri=defaults.foreign("MLFLOW_TRACKING_URI") or None),
-        "source": SourceResource(path=_env_or("source"), data_dir=str(root), hub_tasks=_env_or("hub_tasks")),
-        "settings": SettingsResource(
-            **{name: _env_or(name) for name in ("k", "method", "seed", "device", "compare_methods", "compare_seeds",
-                                                "compare_ks", "joint_benchmarks")},
-            predictor_dir=_env_or("predictors", str(defaults.predictor_dir())),
-            # floats and bounded numbers: read (and checked) once here (dg.EnvVar carries strings and ints only,
-            # unchecked)
-            **{name: defaults.SETTINGS[name].value() for name in (
-                "alpha", "challenger_margin", "challenger_min_days", "coverage_tolerance", "compare_new_share",
-                "compare_budget_s", "frontier_silent_max", "frontier_quantile", "probe_items", "probe_batch",
-                "probe_max", "probe_target", "probe_from")},
-        ),
+        "source": SourceResource(path=defaults.SETTINGS["source"].get(), data_dir=str(root),
+                                 hub_tasks=defaults.SETTINGS["hub_tasks"].get()),
+        "settings": SettingsResource(predictor_dir=str(defaults.predictor_dir()),
+                                     **{name: _config_value(value) for name, value in refresh}),
         "io_manager": MatrixIOManager(base_dir=str(root / "dagster_io")),
     }
 

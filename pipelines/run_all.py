@@ -1,5 +1,6 @@
-"""Ingest once, add the benchmarks as partitions, refresh each in-process (publishing what passes),
-then the joint predictor, then the method comparisons that are due; print a short summary.
+"""Ingest once, add the benchmarks as partitions, then the refresh sequence (:mod:`sparseeval.publish.sequence`:
+each benchmark's refresh, publishing what passes, then the joint predictor, then the method comparisons that
+are due), each step as the pipeline's job; print a short summary (what the library said of each step).
 
 This is ``make run``: the same jobs the schedule and sensors launch, executed against the
 persistent Dagster instance (``DAGSTER_HOME``), so every run, materialization and asset check is
@@ -19,10 +20,10 @@ import dagster as dg
 
 from pipelines.definitions import defs
 from pipelines.partitions import add_benchmarks, partition_key
+from pipelines.resources import default_resources
 from sparseeval.core import settings
-from sparseeval.data.store import Store
-from sparseeval.publish.comparison import ComparisonSettings, comparison_due
-from sparseeval.publish.refresh_probe import summary as probe_summary
+from sparseeval.publish.comparison import ComparisonDue
+from sparseeval.publish.sequence import StepOutcome, run_sequence
 
 #: step-level DEBUG events stay in the Dagster UI; the terminal gets INFO (progress and results)
 INFO_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
@@ -54,89 +55,66 @@ def succeeded(result: dg.ExecuteInProcessResult) -> bool:
     return result.success or not _failed_steps(result)[1]
 
 
-def summary_line(bench: str, result: dg.ExecuteInProcessResult, seconds: float) -> str:
+def _lines(result: dg.ExecuteInProcessResult, *assets: str) -> list[str]:
+    """What the library said of each step (its ``summary``: :meth:`RefreshResult.summary_lines`), and what
+    the publish steps did."""
+    out = []
+    for asset in assets:
+        meta = _metadata(result, asset)
+        out += str(meta.get("summary") or meta.get("decision") or "").splitlines()
+    return [line for line in dict.fromkeys(out) if line]
+
+
+def outcome(kind: str, name: str, result: dg.ExecuteInProcessResult, seconds: float, lines: list[str]) -> StepOutcome:
+    """A job's run as a step of the sequence: ``lines`` and how it ended (a publishing check's refusal is an
+    outcome, any other failed step an error)."""
     rejected, errors = _failed_steps(result)
-    matrix, fit, published = (_metadata(result, a) for a in ("response_matrix", "candidate", "champion"))
-    if errors or (rejected and not fit):
-        return f"  {bench:<12} FAILED in {', '.join(errors or rejected) or 'run'} ({seconds:.0f} s)"
-    if rejected:
-        return (f"  {bench:<12} REJECTED by its publishing checks ({', '.join(rejected)}) in {seconds:.0f} s: "
-                f"nothing published\n  {'':<12} {fit.get('decision', '')}{_frontier_line(fit)}{_probe_line(fit)}"
-                + "".join(f"\n  {'':<12} {hint}" for hint in _override_hints(result)))
-    line = f"  {bench:<12} models {matrix.get('models', 0):>5}  items {matrix.get('items', 0):>5}  "
-    if not fit:
-        return line + (f"{seconds:5.1f} s\n  {'':<12} skipped: up to date (data version "
-                       f"{matrix.get('data_version', '?')} and every setting already decided; nothing refit)")
-    if fit.get("proposed") is None:
-        return line + f"{seconds:5.1f} s\n  {'':<12} {fit.get('decision', '')}"
-    rival = _metadata(result, "challenger")
-    return (line + f"K {fit['k']:>3}  test MAE {fit['test_mae_points']:5.2f} pts (random-linear "
-            f"{fit['random_linear_mae_points']:.2f})  {seconds:5.1f} s\n"
-            f"  {'':<12} {published.get('decision') or fit.get('decision', '')}"
-            + (f"\n  {'':<12} challenger: {rival['decision']}" if rival else "") + _probe_line(fit))
+    if errors:
+        lines = [*lines, f"FAILED in {', '.join(errors)}"]
+    return StepOutcome(kind, name, not errors, (*lines, f"({seconds:.0f} s)"), seconds, rejected=bool(rejected))
 
 
-def _frontier_line(fit: dict) -> str:
-    """The frontier self-check's figures under a rejection (a joint predictor's: its worst output's)."""
-    if "frontier_silent_misses" not in fit:
-        return ""
-    which = f" (worst: {fit['frontier_worst_output']})" if "frontier_worst_output" in fit else ""
-    return (f"\n  {'':<12} frontier self-check{which}: MAE {fit['frontier_mae']:.2f} points, bias "
-            f"{fit['frontier_bias']:+.2f}, {100 * fit['frontier_silent_misses']:.1f} % of the stronger models "
-            f"missed silently")
+def refresh_outcome(benchmark: str, result: dg.ExecuteInProcessResult, seconds: float) -> StepOutcome:
+    """A ``refresh`` run of ``benchmark``: its matrix, then what the refresh and the publish steps said."""
+    matrix = _metadata(result, "response_matrix")
+    lines = _lines(result, "candidate", "champion", "challenger") or [
+        "skipped: up to date (data version and every setting already decided; nothing refit)"]
+    head = f"models {matrix.get('models', 0)}, items {matrix.get('items', 0)}" if matrix else "no matrix"
+    return outcome("refresh", benchmark, result, seconds, [head, *lines])
 
 
-def _override_hints(result: dg.ExecuteInProcessResult) -> list[str]:
-    """What the failed publishing checks tell their operator (their ``to_publish_anyway``: how to publish
-    knowingly), read from the checks themselves as ``sparseeval refresh`` reads them."""
-    return list(dict.fromkeys(str(e.metadata["to_publish_anyway"].value) for e in result.get_asset_check_evaluations()
-                              if not e.passed and "to_publish_anyway" in e.metadata))
+def summary_line(benchmark: str, result: dg.ExecuteInProcessResult, seconds: float) -> str:
+    """What ``make run`` prints of a ``refresh`` run."""
+    return "\n".join(refresh_outcome(benchmark, result, seconds).lines)
 
 
-def _probe_line(fit: dict) -> str:
-    """With ``SPARSEEVAL_PROBE_ITEMS``: the probe a benchmark's predictor carries, or why it has none."""
-    line = probe_summary(fit)
-    return f"\n  {'':<12} probe: {line}" if line else ""
+class DagsterSteps:
+    """The refresh sequence's steps as the pipeline's jobs, executed in this process against the Dagster
+    instance (every run, materialization and check visible in the UI afterwards)."""
 
+    def __init__(self, instance: dg.DagsterInstance) -> None:
+        self.instance = instance
 
-def _joint_line(result: dg.ExecuteInProcessResult, seconds: float) -> str:
-    rejected, errors = _failed_steps(result)
-    fit, published = _metadata(result, "joint_anchors"), _metadata(result, "joint_champion")
-    if errors or (rejected and not fit):
-        return f"  {'joint':<12} FAILED in {', '.join(errors or rejected) or 'run'} ({seconds:.0f} s)"
-    if rejected:
-        return (f"  {'joint':<12} REJECTED by its publishing checks ({', '.join(rejected)}) in {seconds:.0f} s: "
-                f"nothing published\n  {'':<12} {fit.get('decision', '')}{_frontier_line(fit)}")
-    if not fit:
-        return (f"  {'joint':<12} skipped: up to date, or too few benchmarks (the run's log says which) "
-                f"({seconds:.1f} s)")
-    if fit.get("proposed") is None:
-        return f"  {'joint':<12} {fit.get('decision', '')} ({seconds:.1f} s)"
-    return (f"  {'joint':<12} models {fit['models']:>5}  items {fit['items']:>5} ({fit['k_per_benchmark']} per "
-            f"benchmark)  mean-score MAE {fit['test_mae_points']:5.2f} pts  {seconds:5.1f} s\n"
-            f"  {'':<12} {published.get('decision') or fit.get('decision', '')}")
-
-
-def _comparisons(instance: dg.DagsterInstance, names: list[str]) -> tuple[list[str], bool]:
-    """The ``compare`` job for every benchmark whose comparison is due now; the others say why not."""
-    # the store and settings the resources read from the environment (their EnvVars resolve only inside a run)
-    db, cmp = Store(settings.db_path()), ComparisonSettings.from_environment()
-    job = defs.resolve_job_def("compare")
-    lines, ok = [], True
-    for name in names:
-        due = comparison_due(db, name, cmp)
-        if not due.due:
-            lines.append(f"  {name:<12} comparison: {due.reason}")
-            continue
+    def _run(self, job: str, partition: str | None = None) -> tuple[dg.ExecuteInProcessResult, float]:
         t0 = time.perf_counter()
-        result = job.execute_in_process(partition_key=partition_key(name), instance=instance, raise_on_error=False,
-                                        run_config=INFO_LOGS)
-        ok &= result.success
-        meta = _metadata(result, "evaluation") if result.success else {}
-        lines.append(f"  {name:<12} comparison ({due.reason}): " + (
-            f"{meta.get('runs', 0)} runs, {meta.get('plan', '')}" if result.success else "FAILED")
-            + f" ({time.perf_counter() - t0:.0f} s)")
-    return lines, ok
+        result = defs.resolve_job_def(job).execute_in_process(
+            partition_key=partition, instance=self.instance, raise_on_error=False, run_config=INFO_LOGS)
+        return result, time.perf_counter() - t0
+
+    def refresh(self, benchmark: str) -> StepOutcome:
+        return refresh_outcome(benchmark, *self._run("refresh", partition_key(benchmark)))
+
+    def joint(self) -> StepOutcome:
+        result, seconds = self._run("joint")
+        lines = _lines(result, "joint_anchors", "joint_champion") or [
+            "skipped: up to date, or too few benchmarks (the run's log says which)"]
+        return outcome("joint", "joint", result, seconds, lines)
+
+    def compare(self, benchmark: str, due: ComparisonDue) -> StepOutcome:
+        result, seconds = self._run("compare", partition_key(benchmark))
+        lines = _lines(result, "evaluation") if result.success else []
+        return outcome("compare", benchmark, result, seconds,
+                       [f"comparison ({due.reason}): " + ("; ".join(lines) or "FAILED")])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,24 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ingest: {ingested.get('files_stored', 0)} stored, {ingested.get('files_skipped', 0)} skipped, "
           f"{ingested.get('files_refused', 0)} refused; benchmarks changed: "
           f"{', '.join(ingested.get('changed_benchmarks', [])) or 'none'}")
-    job = defs.resolve_job_def("refresh")
-    lines, ok = [], ingested.get("files_refused", 0) == 0
-    for name in names:
-        t0 = time.perf_counter()
-        result = job.execute_in_process(partition_key=partition_key(name), instance=instance, raise_on_error=False,
-                                        run_config=INFO_LOGS)
-        ok &= succeeded(result)
-        lines.append(summary_line(name, result, time.perf_counter() - t0))
-    if not args.benchmarks:  # the joint predictor reads every benchmark's matrix
-        t0 = time.perf_counter()
-        result = defs.resolve_job_def("joint").execute_in_process(instance=instance, raise_on_error=False,
-                                                                  run_config=INFO_LOGS)
-        ok &= succeeded(result)
-        lines.append(_joint_line(result, time.perf_counter() - t0))
-    resources = defs.resources or {}
-    compared, compared_ok = _comparisons(instance, names)
-    lines += compared
-    ok &= compared_ok
+    resources = default_resources()  # the store and settings the pipeline's jobs read
+    outcomes = run_sequence(DagsterSteps(instance), resources["store"].store(), resources["settings"].settings(),
+                            names, joint=not args.benchmarks)
+    ok = ingested.get("files_refused", 0) == 0 and all(step.ok for step in outcomes)
+    lines = [f"  {step.name if i == 0 else '':<12} {line}" for step in outcomes for i, line in enumerate(step.lines)]
     db = settings.db_path().resolve()
     tracking = resources["tracking"].config()
     print("\n=== sparseeval: refresh finished " + ("" if ok else "WITH FAILURES ") +

@@ -40,9 +40,9 @@ from sparseeval.estimate.frontier import (
     interval_figures,
     open_upward,
     reasons,
-    selfcheck_note,
 )
 from sparseeval.estimate.predicting import Prediction, open_for_extrapolation, predict
+from sparseeval.estimate.selfcheck import CutFigures, SelfCheck
 from sparseeval.estimate.splits import frontier_cut, make_split
 from sparseeval.interfaces.cli import main
 from sparseeval.publish.refresh import publishing_checks
@@ -180,7 +180,7 @@ def test_predict_says_how_far_off_the_predictor_was_on_its_own_stronger_models(p
     for predictor, answers in ((folder, ace), (checked, plain)):  # no self-check stored; nothing flagged upward
         assert main(["predict", "--predictor", str(predictor), "--answers", str(answers), "--no-db"]) == 0
         assert "note:" not in capsys.readouterr().err
-    assert selfcheck_note({"measured": False, "n": 7}, "arc", 3) is None
+    assert SelfCheck.of_benchmark("arc", CutFigures(measured=False, n=7)).notes({"arc": 3}) == []
 
 
 def test_only_reasons_that_cannot_bound_a_model_from_above_open_its_interval() -> None:
@@ -241,8 +241,8 @@ def test_compare_opens_the_side_of_a_model_beyond_the_range() -> None:
     assert (lower, upper) == (-1.0, 1.0) and len(why) == 2  # two models beyond the top: never ordered
 
 
-def _figures(silent: float) -> dict[str, float | int]:
-    return {"mae": 4.2, "bias": -4.0, "coverage": 0.55, "flagged": 0.3, "silent_misses": silent, "n": 40}
+def _figures(silent: float) -> CutFigures:
+    return CutFigures(measured=True, mae=4.2, bias=-4.0, coverage=0.55, flagged=0.3, silent_misses=silent, n=40)
 
 
 def test_frontier_check_fails_silent_misses_above_the_threshold_and_says_the_numbers() -> None:
@@ -255,7 +255,7 @@ def test_frontier_check_fails_silent_misses_above_the_threshold_and_says_the_num
     assert "25.0 % of 40 stronger models missed silently (max 10 %)" in message and "MAE 4.20" in message
     unmeasured = {c.name: c for c in publishing_checks(**common)}["frontier_misses_flagged"]
     assert unmeasured.passed and "not measured" in unmeasured.metadata["note"]
-    few = {"measured": False, "n": 7, "note": "only 7 of 70 fitting models above the 0.9 quantile: too few"}
+    few = CutFigures(measured=False, n=7, note="only 7 of 70 fitting models above the 0.9 quantile: too few")
     few_check = {c.name: c for c in publishing_checks(**common, frontier={"b": few})}["frontier_misses_flagged"]
     assert few_check.passed and "only 7 of 70" in few_check.metadata["note"]
 
@@ -276,7 +276,7 @@ def test_a_saturating_predictor_fails_the_frontier_check_and_the_default_passes(
     figures = {(method, lift): frontier_selfcheck(m, rows, method, 10, 1, device="cpu", beyond_prior=lift)
                for method, lift in (("sparseeval-mlp", 0.0), ("sparseeval-mlp", DEFAULT_BEYOND_PRIOR),
                                     ("sparseeval-headroom", DEFAULT_BEYOND_PRIOR))}
-    assert all(f["measured"] and f["n"] >= 20 for f in figures.values()), figures
+    assert all(f.measured and f.n >= 20 for f in figures.values()), figures
     verdict = {key: publishing_checks(mae={"h": 1.0}, baseline={"h": 2.0}, mean_guess={"h": 10.0},
                                       coverage={"h": 0.9}, nominal=0.9, tolerance=0.1, items=["1"], expected_k=1,
                                       known_items={"1"}, frontier={"h": f}, frontier_silent_max=0.1)[-1]
@@ -284,8 +284,8 @@ def test_a_saturating_predictor_fails_the_frontier_check_and_the_default_passes(
     assert not verdict[("sparseeval-mlp", 0.0)].passed, figures
     assert verdict[("sparseeval-headroom", DEFAULT_BEYOND_PRIOR)].passed, figures
     saturated, lifted = figures[("sparseeval-mlp", 0.0)], figures[("sparseeval-mlp", DEFAULT_BEYOND_PRIOR)]
-    assert saturated["bias"] < lifted["bias"] < 0 and lifted["mae"] < saturated["mae"] - 0.5, figures
-    assert lifted["silent_misses"] < saturated["silent_misses"], figures
+    assert saturated.bias < lifted.bias < 0 and lifted.mae < saturated.mae - 0.5, figures
+    assert lifted.silent_misses < saturated.silent_misses, figures
 
 
 def test_fit_warns_when_every_anchor_right_is_too_common_to_flag(tmp_path: Path, capsys) -> None:

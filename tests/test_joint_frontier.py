@@ -18,12 +18,18 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 
+from sparseeval.core.settings import RefreshSettings
 from sparseeval.data.access.matrix_store import MatrixStore
 from sparseeval.data.matrix import build_matrix
 from sparseeval.data.store import Store
 from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
 from sparseeval.estimate.artifact import load_predictor
-from sparseeval.estimate.evaluation import MIN_FRONTIER_MODELS, joint_frontier_selfcheck, joint_own_cut_selfcheck
+from sparseeval.estimate.evaluation import (
+    MIN_FRONTIER_MODELS,
+    ProtocolConfig,
+    joint_frontier_selfcheck,
+    joint_own_cut_selfcheck,
+)
 from sparseeval.estimate.frontier import (
     ALL_RIGHT,
     AT_TOP,
@@ -34,16 +40,16 @@ from sparseeval.estimate.frontier import (
     carry_overall,
     direction,
     opens_upward,
-    own_cut_label,
 )
 from sparseeval.estimate.methods.joint import JOINT_METHOD, MEAN, JointData, joint_data
 from sparseeval.estimate.predicting import predict
+from sparseeval.estimate.selfcheck import own_cut_label
 from sparseeval.estimate.splits import frontier_cut, make_split
 from sparseeval.interfaces.cli import main as cli_main
 from sparseeval.interfaces.commands.next import plan
 from sparseeval.publish.publishing import published_path
 from sparseeval.publish.refresh import frontier_check
-from sparseeval.publish.refresh_policy import FitSettings, refresh_joint
+from sparseeval.publish.refresh_joint import refresh_joint
 from sparseeval.publish.tracking import TrackingConfig, ensure_experiment
 
 pytestmark = pytest.mark.slow
@@ -76,9 +82,9 @@ def test_the_joint_selfcheck_cuts_on_the_mean_score_and_reads_only_its_rows(data
     above = int(beyond.sum())
     assert above >= MIN_FRONTIER_MODELS
     for output, f in figures.items():
-        assert f["measured"] and f["n"] == above and f["cut_on"] == MEAN and f["quantile"] == 0.9, (output, f)
-        assert f["cut_score"] == pytest.approx(cut)  # the mean score's cut, not one benchmark's
-        assert 0 <= f["silent_misses"] <= 1 - f["coverage"] + 1e-9 and f["mae"] > 0
+        assert f.measured and f.n == above and f.cut_on == MEAN and f.quantile == 0.9, (output, f)
+        assert f.cut_score == pytest.approx(cut)  # the mean score's cut, not one benchmark's
+        assert 0 <= f.silent_misses <= 1 - f.coverage + 1e-9 and f.mae > 0
     assert joint_frontier_selfcheck(_scrambled(data, split.test), rows, K, 0, device="cpu") == figures
 
 
@@ -100,21 +106,21 @@ def test_the_own_cut_selfcheck_scores_each_benchmark_above_its_own_cut_and_reads
     assert list(own) == list(BENCHES)
     for j, (bench, f) in enumerate(own.items()):
         cut, beyond = frontier_cut(data.S[rows, j], 0.9)
-        assert f["measured"] and (f["cut_on"], f["n"], f["cut_score"]) == (bench, int(beyond.sum()), pytest.approx(cut))
-        assert 0 <= f["silent_misses"] <= 1 - f["coverage"] + 1e-9 and f["mae"] > 0
+        assert f.measured and (f.cut_on, f.n, f.cut_score) == (bench, int(beyond.sum()), pytest.approx(cut))
+        assert 0 <= f.silent_misses <= 1 - f.coverage + 1e-9 and f.mae > 0
     assert joint_own_cut_selfcheck(_scrambled(data, split.test), rows, K, 0, device="cpu") == own
 
 
 def test_too_few_models_above_the_cut_measure_nothing_and_say_so(data: JointData) -> None:
     rows = np.arange(60)  # 6 models above the cut
     figures = joint_frontier_selfcheck(data, rows, K, 0, device="cpu")
-    assert {o: f["measured"] for o, f in figures.items()} == {"arc": False, "mmlu": False, MEAN: False}
-    assert "only 6 of 60 fitting models above the 0.9 quantile of the mean score" in figures[MEAN]["note"]
+    assert {o: f.measured for o, f in figures.items()} == {"arc": False, "mmlu": False, MEAN: False}
+    assert "only 6 of 60 fitting models above the 0.9 quantile of the mean score" in figures[MEAN].note
     check = frontier_check(figures, 0.15)
     assert check.passed and "too few to measure" in check.metadata["note"]
     own = joint_own_cut_selfcheck(data, rows, K, 0, device="cpu")
-    assert not any(f["measured"] for f in own.values())
-    assert "above the 0.9 quantile of the mmlu score" in own["mmlu"]["note"]
+    assert not any(f.measured for f in own.values())
+    assert "above the 0.9 quantile of the mmlu score" in own["mmlu"].note
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +136,7 @@ def world(board, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def _refresh(world: dict, silent_max: float):
     return refresh_joint(world["matrices"], world["store"], world["tracking"], world["root"] / "predictors",
-                         FitSettings(k=K, method="sparseeval-linear", frontier_silent_max=silent_max), publish=True)
+                         RefreshSettings(k=K, method="sparseeval-linear", frontier_silent_max=silent_max), publish=True)
 
 
 def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_every_surface(
@@ -149,7 +155,7 @@ def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_ever
     assert not check.passed and store.champion(JOINT_METHOD) is None and not strict.published
     assert not (root / "predictors" / JOINT_METHOD).exists()
     # measured on the joint split's fitting models only: its held-out models never enter the self-check
-    config = FitSettings().protocol()
+    config = ProtocolConfig.of(RefreshSettings())
     split = make_split(data.models, policy=config.split_policy, val_frac=config.val_frac, test_frac=config.test_frac,
                        seed=0)
     fitting = np.concatenate([split.train, split.val])
@@ -176,9 +182,9 @@ def test_the_joint_selfcheck_gates_publication_output_by_output_and_reaches_ever
     own_cut = {b: silent[label] for label, b in own_labels.items()}
     assert lenient.passed and lenient.published
     assert store.champion(JOINT_METHOD)["anchor_set_id"] == lenient.proposed
-    assert "measured on data version" in lenient.figures["frontier_note"]  # not measured a second time
+    assert "measured on data version" in lenient.report.selfcheck.note()  # not measured a second time
     # the asset's metadata: one row per output
-    table = lenient.figures["outputs"].to_dicts()
+    table = lenient.report.outputs.to_dicts()
     assert {r["output"]: r["frontier_silent_misses"] for r in table} == pytest.approx(mean_cut, abs=1e-4)
     assert {r["output"]: r["frontier_own_cut_silent_misses"] for r in table} == pytest.approx(
         {**own_cut, MEAN: None}, abs=1e-4)

@@ -355,7 +355,7 @@ def test_a_failing_check_leaves_the_champion_in_place(tmp_path: Path) -> None:
     # make run reports a refusal as one (the champion stays, the reason shown) and is not an error
     assert not result.success and succeeded(result)
     line = summary_line("arc", result, 1.0)
-    assert "REJECTED by its publishing checks (" in line and "candidate_beats_mean_score" in line, line
+    assert "REJECTED by its publishing checks (" in line and "beats_mean_score" in line, line
     assert "NOT published" in line, line
     assert _count(db, "SELECT anchor_set_id FROM anchor_sets WHERE role = 'champion'") == champion_before
     assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'rejected'") >= 1

@@ -1,4 +1,4 @@
-"""The second stage on the refresh's path (on by default, :mod:`sparseeval.publish.refresh_probe`).
+"""The second stage on the refresh's path (on by default: :func:`sparseeval.estimate.fitting.holding_for`).
 
 On real mmlu (the shared Open LLM Leaderboard data), through a real Dagster materialization with the
 defaults: the candidate carries a probe plan beside its anchors, and its frontier self-check, and so the
@@ -25,25 +25,26 @@ from pipelines.io_managers import MatrixIOManager
 from pipelines.partitions import add_benchmarks
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from pipelines.run_all import summary_line
+from sparseeval.core.settings import RefreshSettings
 from sparseeval.data.access.matrix_store import MatrixStore
 from sparseeval.data.store import Store
 from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
 from sparseeval.estimate.artifact import load_predictor
 from sparseeval.estimate.predicting import predict
 from sparseeval.estimate.probe import draw_order, plan_of
+from sparseeval.estimate.selfcheck import SelfCheck
 from sparseeval.estimate.splits import frontier_cut
 from sparseeval.interfaces.cli import main as cli_main
 from sparseeval.interfaces.model_card import model_card
 from sparseeval.publish.publishing import published_path, score_anchor_only_models
 from sparseeval.publish.refresh import FRONTIER_OVERRIDE
-from sparseeval.publish.refresh_policy import FitSettings, refresh_benchmark
-from sparseeval.publish.refresh_probe import anchors_alone
+from sparseeval.publish.refresh_policy import refresh_benchmark
 from sparseeval.publish.tracking import TrackingConfig, ensure_experiment
 from tests.support import OPENLLM_DIR, needs_real_data
 
 pytestmark = pytest.mark.slow
 
-PROBE_N = FitSettings().probe_items
+PROBE_N = RefreshSettings().probe_items
 
 
 @needs_real_data
@@ -78,7 +79,7 @@ def test_the_pipeline_publishes_mmlu_gated_on_the_two_stages_with_the_defaults(t
     message = check.metadata["message"].value
     assert f"{100 * figures['probed']:.0f} % of them estimated by their probe" in message
     assert f"from the anchors alone {100 * alone['silent_misses']:.1f} % missed silently" in message
-    assert check.passed == (figures["silent_misses"] <= FitSettings().frontier_silent_max)
+    assert check.passed == (figures["silent_misses"] <= RefreshSettings().frontier_silent_max)
     assert check.passed, message  # with the defaults, mmlu publishes on the shared data
     assert meta["probe_items"] == PROBE_N and meta["probed"] == pytest.approx(figures["probed"], abs=1e-4)
     assert meta["frontier_silent_misses"] == pytest.approx(figures["silent_misses"], abs=1e-4)
@@ -142,9 +143,9 @@ def test_a_board_too_small_for_a_probe_is_published_without_one_gated_on_the_anc
     # exactly the self-check a refresh without the probe measures (its own fit key, its own measurement)
     plain = refresh_benchmark(MatrixStore.beside(store).update(store, "arc").matrix, store,
                               TrackingConfig(data_dir=tmp_path), tmp_path / "predictors",
-                              FitSettings(k=8, method="sparseeval-linear", frontier_silent_max=0.5, probe_items=0),
+                              RefreshSettings(k=8, method="sparseeval-linear", frontier_silent_max=0.5, probe_items=0),
                               challenger=False)
-    assert plain.status == "decided" and "probe_note" not in plain.figures
+    assert plain.status == "decided" and plain.report.selfcheck.figures.probe_note is None
     columns = "frontier_mae, frontier_bias, frontier_coverage, frontier_flagged, frontier_silent, frontier_models"
     rows = store.query(f"SELECT {columns} FROM anchor_sets WHERE benchmark = 'arc' ORDER BY anchor_set_id").rows()
     assert len(rows) == 2 and rows[0] == rows[1] and rows[0][0] is not None
@@ -170,7 +171,7 @@ def test_newcomers_in_the_store_are_estimated_by_their_own_probe(tmp_path: Path)
     store.ingest(weakest)
     result = refresh_benchmark(MatrixStore.beside(store).update(store, "mmlu").matrix, store,
                                TrackingConfig(data_dir=tmp_path), tmp_path / "predictors",
-                               FitSettings(frontier_silent_max=1.0, device="cpu"), publish=True, challenger=False)
+                               RefreshSettings(frontier_silent_max=1.0, device="cpu"), publish=True, challenger=False)
     assert result.published and result.models_scored == 0
     art = load_predictor(published_path(tmp_path / "predictors", "mmlu"))
     plan = plan_of(art.extra)
@@ -220,10 +221,16 @@ def test_a_self_check_with_the_probe_falls_back_to_its_anchors_alone_figures() -
                 "anchors_alone": {"mae": 6.0, "bias": -6.0, "coverage": 0.4, "halfwidth": 2.0, "flagged": 0.1,
                                   "silent_misses": 0.5, "n": 40, "probed": 0.0, "probe_items_mean": 0.0,
                                   "probe_items_max": 0}}
-    fallen = anchors_alone(measured, "fitted without a probe: too few")
+    fallen = SelfCheck.from_json(measured, "arc").without_probe("fitted without a probe: too few").to_json()
     assert fallen == {"measured": True, "mae": 6.0, "bias": -6.0, "coverage": 0.4, "halfwidth": 2.0, "flagged": 0.1,
                       "silent_misses": 0.5, "n": 40, "cut_score": 0.7, "quantile": 0.9, "probed": 0.0,
                       "probe_items_mean": 0.0, "probe_items_max": 0, "probe_note": "fitted without a probe: too few"}
     assert "anchors_alone" not in fallen and "setup" not in fallen and "probe_items" not in fallen
-    plain = {"measured": True, "silent_misses": 0.2}
-    assert anchors_alone(plain, "why") == {**plain, "probe_note": "why"}  # measured without a probe: noted
+    plain = {"measured": True, "n": 30, "silent_misses": 0.2, "setup": {"k": 8}}
+    assert SelfCheck.from_json(plain, "arc").without_probe("why").to_json() == {**plain, "probe_note": "why"}
+    # the one JSON form reads back what it wrote, a joint predictor's too
+    assert SelfCheck.from_json(measured, "arc").to_json() == measured
+    joint = {"outputs": {"arc": {"measured": False, "n": 6, "quantile": 0.9, "note": "too few", "cut_on": "mean"},
+                         "mean": {**plain, "cut_on": "mean"}}, "own_cut": {"arc": {**plain, "cut_on": "arc"}},
+             "setup": {"k": 8}, "measured_on": "v1", "matrix_models": 300}
+    assert SelfCheck.from_json(joint, "sparseeval-joint").to_json() == joint

@@ -23,7 +23,7 @@ import pytest
 
 from pipelines.resources import SettingsResource
 from sparseeval.core import settings as defaults
-from sparseeval.publish.refresh import comparison_key, fit_key, joint_data_version
+from sparseeval.publish.refresh import comparison_key, fit_key, joint_data_version, joint_key_settings
 
 FIT, COMPARISON, JOINT = "fit", "comparison", "joint"
 #: what the tests start from (small: the real refresh below runs on it)
@@ -80,9 +80,10 @@ def _changed(name: str) -> SettingsResource:
 
 def _keys(settings: SettingsResource) -> dict[str, str]:
     versions = {"arc": "v-arc", "gsm8k": "v-gsm8k"}
-    return {FIT: fit_key("v-arc", settings.fit_settings()),
-            COMPARISON: comparison_key("v-arc", settings.comparison_settings()),
-            JOINT: fit_key(joint_data_version(versions), {**settings.joint_settings(), "benchmarks": sorted(versions)})}
+    declared = settings.settings()
+    return {FIT: fit_key("v-arc", declared.key_settings(FIT)),
+            COMPARISON: comparison_key("v-arc", declared.key_settings(COMPARISON)),
+            JOINT: fit_key(joint_data_version(versions), joint_key_settings(declared, sorted(versions)))}
 
 
 def test_every_setting_is_classified() -> None:

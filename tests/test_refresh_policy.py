@@ -18,15 +18,16 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 
+from sparseeval.core.settings import RefreshSettings
 from sparseeval.data.access.matrix_store import MatrixStore
 from sparseeval.data.store import Store
 from sparseeval.data.synthetic import generate_leaderboard, write_leaderboard
 from sparseeval.estimate.artifact import load_predictor
-from sparseeval.estimate.evaluation import split_for_seed
+from sparseeval.estimate.evaluation import ProtocolConfig, split_for_seed
 from sparseeval.estimate.splits import frontier_cut
 from sparseeval.interfaces.cli import main as cli_main
 from sparseeval.publish.publishing import audit, published_path
-from sparseeval.publish.refresh_policy import FitSettings, refresh_benchmark
+from sparseeval.publish.refresh_policy import refresh_benchmark
 from sparseeval.publish.tracking import TrackingConfig, ensure_experiment, registered_versions
 
 pytestmark = pytest.mark.slow
@@ -80,24 +81,24 @@ def test_a_changed_check_setting_reuses_the_stored_fits(world: dict) -> None:
     root, db, tracking = world["root"], world["db"], world["tracking"]
     store = Store(db)
     matrix = MatrixStore.beside(store).update(store, "arc").matrix
-    settings = FitSettings(k=6, method="sparseeval-linear")
+    settings = RefreshSettings(k=6, method="sparseeval-linear")
     first = refresh_benchmark(matrix, store, tracking, root / "predictors", settings, publish=True)
-    assert first.status == "decided" and first.figures["reused_fits"] == [] and first.published
+    assert first.status == "decided" and first.report.reused_fits == () and first.published
     again = refresh_benchmark(matrix, store, tracking, root / "predictors", settings, publish=True)
     assert again.status == "skipped"
-    looser = FitSettings(k=6, method="sparseeval-linear", coverage_tolerance=0.2)  # a new fit key, the same fits
+    looser = RefreshSettings(k=6, method="sparseeval-linear", coverage_tolerance=0.2)  # a new fit key, the same fits
     third = refresh_benchmark(matrix, store, tracking, root / "predictors", looser, publish=True)
     assert third.status == "decided" and third.fit_key != first.fit_key
-    assert third.figures["origin"] == "refit" and third.figures["reused_fits"] == []  # no refit stored yet
-    rival = third.figures["challenger"]  # selected after the refit's publication, on the same data: reused
-    assert rival["status"] == "decided" and rival["reused_fits"] == ["selected"], rival
-    assert third.figures["anchors"] == first.figures["anchors"]  # the champion's anchors kept
+    assert third.report.origin == "refit" and third.report.reused_fits == ()  # no refit stored yet
+    rival = third.second  # selected after the refit's publication, on the same data: reused
+    assert rival.status == "decided" and rival.report.reused_fits == ("selected",), rival
+    assert third.report.anchors == first.report.anchors  # the champion's anchors kept
     # the same again under another tolerance: the refit is stored too, nothing is fitted, and it reproduces the
     # published champion exactly (the same predictor): nothing to publish, no new registry version
     versions = len(registered_versions(tracking, benchmark="arc"))
     fourth = refresh_benchmark(matrix, store, tracking, root / "predictors",
-                               FitSettings(k=6, method="sparseeval-linear", coverage_tolerance=0.3), publish=True)
-    assert fourth.figures["reused_fits"] == ["refit"] and "reproduced champion" in fourth.decision
+                               RefreshSettings(k=6, method="sparseeval-linear", coverage_tolerance=0.3), publish=True)
+    assert fourth.report.reused_fits == ("refit",) and "reproduced champion" in fourth.decision
     assert not fourth.published and len(registered_versions(tracking, benchmark="arc")) == versions
     assert audit(store, tracking, root / "predictors", "arc") == []
 
@@ -109,7 +110,7 @@ def test_the_predictor_published_from_an_appended_matrix_is_the_full_rebuilds(tm
     root, db = world["root"], world["db"]
     extra = generate_leaderboard(n_families=1, models_per_family=4, benchmarks={"arc": 120}, seed=5)
     write_leaderboard(_renamed(extra, "-new"), root / "src" / "second")
-    settings = FitSettings(k=6, method="sparseeval-linear")
+    settings = RefreshSettings(k=6, method="sparseeval-linear")
     published = {}
     for name, incremental in (("appended", True), ("rebuilt", False)):
         home = tmp_path / name
@@ -146,7 +147,7 @@ def test_a_refit_that_fails_its_checks_can_still_be_replaced_by_a_fresh_selectio
     root, db, tracking = world["root"], world["db"], world["tracking"]
     store = Store(db)
     matrices = MatrixStore.beside(store)
-    settings = FitSettings(k=6, method="sparseeval-linear", challenger_min_days=0.0)
+    settings = RefreshSettings(k=6, method="sparseeval-linear", challenger_min_days=0.0)
     refresh_benchmark(matrices.update(store, "arc").matrix, store, tracking, root / "predictors", settings,
                       publish=True)
     anchors = store.champion("arc")["items"]
@@ -171,7 +172,7 @@ def test_the_frontier_selfcheck_stands_until_the_models_grow_by_a_tenth(world: d
     root, store, tracking = world["root"], Store(world["db"]), world["tracking"]
     matrices = MatrixStore.beside(store)
 
-    def refresh(settings: FitSettings) -> dict:
+    def refresh(settings: RefreshSettings) -> dict:
         update = matrices.update(store, "arc")
         result = refresh_benchmark(update.matrix, store, tracking, root / "predictors", settings, publish=True,
                                    challenger=False)
@@ -184,12 +185,12 @@ def test_the_frontier_selfcheck_stands_until_the_models_grow_by_a_tenth(world: d
         write_leaderboard(_renamed(extra, suffix), root / "src" / suffix)
         store.ingest(root / "src" / suffix)
 
-    settings = FitSettings(k=6, method="sparseeval-linear")
+    settings = RefreshSettings(k=6, method="sparseeval-linear")
     first = refresh(settings)
     assert "reused" not in first and first["matrix_models"] == 96 and first["setup"]["method"] == "sparseeval-linear"
     # measured on the candidate's fitting models only: its held-out test models never reach the self-check
     matrix = matrices.update(store, "arc").matrix
-    split = split_for_seed(matrix, settings.seed, settings.protocol())
+    split = split_for_seed(matrix, settings.seed, ProtocolConfig.of(settings))
     fitting = np.concatenate([split.train, split.val])
     assert len(fitting) < len(matrix.models)
     assert first["n"] == int(frontier_cut(matrix.scores[fitting], 0.9)[1].sum())
@@ -200,7 +201,7 @@ def test_the_frontier_selfcheck_stands_until_the_models_grow_by_a_tenth(world: d
     arrive(8, 6, "-b")  # 12 of 108 new since it was measured: measured again on today's data
     third = refresh(settings)
     assert "reused" not in third and third["matrix_models"] == 108 and third["measured_on"] != first["measured_on"]
-    other = refresh(FitSettings(k=5, method="sparseeval-linear"))  # another K: its own measurement
+    other = refresh(RefreshSettings(k=5, method="sparseeval-linear"))  # another K: its own measurement
     assert "reused" not in other and other["setup"]["k"] == 5
 
 
@@ -221,7 +222,7 @@ def test_the_frontier_selfcheck_gates_publication_and_reaches_duckdb_mlflow_and_
 
     def refresh(silent_max: float):
         return refresh_benchmark(matrix, store, tracking, tmp_path / "predictors",
-                                 FitSettings(k=8, method="sparseeval-linear", frontier_silent_max=silent_max,
+                                 RefreshSettings(k=8, method="sparseeval-linear", frontier_silent_max=silent_max,
                                              probe_items=0), publish=True, challenger=False)
 
     strict = refresh(0.0)
@@ -236,10 +237,10 @@ def test_the_frontier_selfcheck_gates_publication_and_reaches_duckdb_mlflow_and_
 
     lenient = refresh(0.5)
     assert lenient.passed and lenient.published and store.champion("arc")["anchor_set_id"] == lenient.proposed
-    assert lenient.figures["reused_fits"] == ["selected"]  # only the bar changed: the fit is not redone
+    assert lenient.report.reused_fits == ("selected",)  # only the bar changed: the fit is not redone
     expected = {name: round(float(figures[name]), 4) for name in ("mae", "bias", "coverage", "flagged",
                                                                   "silent_misses")}
-    assert {name: lenient.figures[f"frontier_{name}"] for name in expected} == expected  # the asset's metadata
+    assert {name: lenient.metadata()[f"frontier_{name}"] for name in expected} == expected  # the asset's metadata
     view = store.query("SELECT * FROM frontier_selfcheck WHERE anchor_set_id = $i", {"i": lenient.proposed})
     row = view.to_dicts()[0]
     assert row["frontier_check_passed"] is True and row["frontier_models"] == figures["n"]
@@ -255,10 +256,10 @@ def test_the_frontier_selfcheck_gates_publication_and_reaches_duckdb_mlflow_and_
     assert published.extra["frontier"]["n"] == figures["n"]
     # SPARSEEVAL_FRONTIER_QUANTILE: a lower cut measures anew, on twice the stronger models
     farther = refresh_benchmark(matrix, store, tracking, tmp_path / "predictors",
-                                FitSettings(k=8, method="sparseeval-linear", frontier_silent_max=0.5,
+                                RefreshSettings(k=8, method="sparseeval-linear", frontier_silent_max=0.5,
                                             frontier_quantile=0.8, probe_items=0), publish=True, challenger=False)
     wider = {c.name: c for c in farther.checks}["frontier_misses_flagged"].metadata["figures"]
-    split = split_for_seed(matrix, 0, FitSettings().protocol())
+    split = split_for_seed(matrix, 0, ProtocolConfig.of(RefreshSettings()))
     fitting = matrix.scores[np.concatenate([split.train, split.val])]
     assert figures["n"] == int(frontier_cut(fitting, 0.9)[1].sum())
     assert wider["quantile"] == 0.8 and wider["n"] == int(frontier_cut(fitting, 0.8)[1].sum()) > figures["n"]

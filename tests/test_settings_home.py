@@ -5,7 +5,7 @@
   tools' variables (:data:`sparseeval.core.settings.FOREIGN`), however it spells the access (an AST scan);
 * no module spells a literal default of a shared setting (seed, split fractions and policy, device,
   interval alpha, calibration share, OOD percentile) outside the few left on record below;
-* the README's settings tables are the ones :func:`sparseeval.core.settings.markdown_tables` generates;
+* docs/settings.md's tables are the ones :func:`sparseeval.core.settings.markdown_tables` generates;
 * the defaults the library, the CLI and the Dagster resources take are the declared ones, and a bad
   value is refused naming the variable.
 
@@ -15,14 +15,14 @@ Static and in-process only (no subprocess): well under a second.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import inspect
 import math
+import os
 from pathlib import Path
 
 import pytest
 
-from sparseeval.core import settings
+from sparseeval.core import settings, settings_table
 
 REPO = Path(__file__).resolve().parents[1]
 SCANNED = ("sparseeval", "pipelines", "bench")
@@ -222,19 +222,19 @@ def test_no_module_spells_a_shared_default_again() -> None:
     assert not gone, f"no longer spelled, remove from LEFT: {gone}"
 
 
-# ------------------------------------------------------------------------------- the README table
+# ------------------------------------------------------------------------------- the settings table (docs/settings.md)
 
-def test_the_readme_tables_are_generated_from_settings(tmp_path: Path) -> None:
-    readme = (REPO / "README.md").read_text()
-    assert settings.readme_block(readme) == settings.markdown_tables(), (
-        "README.md's settings tables differ from sparseeval/core/settings.py: run `make settings-table`")
+def test_the_settings_tables_are_generated_from_the_declarations(tmp_path: Path) -> None:
+    readme = (REPO / "docs" / "settings.md").read_text()
+    assert settings_table.table_block(readme) == settings_table.markdown_tables(), (
+        "docs/settings.md's tables differ from sparseeval/core/settings.py: run `make settings-table`")
     for s in settings.SETTINGS.values():
         assert f"| `{s.env}` |" in readme
     # and the regeneration rewrites only the block: a stale table comes back, the rest stays
-    stale = tmp_path / "README.md"
+    stale = tmp_path / "settings.md"
     stale.write_text(readme.replace(f"| `{settings.SETTINGS['k'].env}` | `20` |", "| `SPARSEEVAL_K` | `25` |"))
-    assert settings.write_readme(stale) and stale.read_text() == readme
-    assert not settings.write_readme(stale)
+    assert settings_table.write_tables(stale) and stale.read_text() == readme
+    assert not settings_table.write_tables(stale)
 
 
 # ------------------------------------------------------------------------------- the values
@@ -248,18 +248,20 @@ def test_library_cli_and_resources_take_the_declared_defaults() -> None:
     from sparseeval.estimate import budget, calibrate, fitting, splits
     from sparseeval.estimate.evaluation import DEFAULT_METHODS, ProtocolConfig
     from sparseeval.interfaces.commands import evaluate
-    from sparseeval.publish.comparison import ComparisonSettings
-    from sparseeval.publish.refresh_policy import FitSettings
 
     s = settings.SETTINGS
-    fit, cmp, proto = FitSettings(), ComparisonSettings(), ProtocolConfig()
-    assert (fit.k, fit.method, fit.seed, fit.alpha, fit.device) == (20, "sparseeval-headroom", 0, 0.1, "auto")
-    assert (fit.val_frac, fit.test_frac, fit.split_policy) == (proto.val_frac, proto.test_frac, proto.split_policy) \
-        == (cmp.val_frac, cmp.test_frac, cmp.split_policy) == (0.1, 0.2, "random")
-    assert (fit.coverage_tolerance, fit.challenger_margin, fit.challenger_min_days, fit.frontier_silent_max) \
-        == (0.1, 0.05, 30.0, 0.15)
-    assert cmp.methods == s["compare_methods"].default_value and cmp.ks == (10, 20) and cmp.seeds == 3
-    assert cmp.budget_s == budget.DEFAULT_BUDGET_S == 300.0 and cmp.new_share == 0.1
+    declared, proto = settings.RefreshSettings(), ProtocolConfig()
+    assert (declared.k, declared.method, declared.seed, declared.alpha, declared.device) \
+        == (20, "sparseeval-headroom", 0, 0.1, "auto")
+    assert (declared.val_frac, declared.test_frac, declared.split_policy) \
+        == (proto.val_frac, proto.test_frac, proto.split_policy) == (0.1, 0.2, "random")
+    assert ProtocolConfig.of(declared) == proto
+    assert (declared.coverage_tolerance, declared.challenger_margin, declared.challenger_min_days,
+            declared.frontier_silent_max) == (0.1, 0.05, 30.0, 0.15)
+    assert declared.compare_methods == s["compare_methods"].default_value and declared.compare_ks == (10, 20)
+    assert declared.compare_seeds == 3 and declared.compare_new_share == 0.1
+    assert declared.compare_budget_s == budget.DEFAULT_BUDGET_S == 300.0
+    assert fitting.ProbeSettings.of(declared) == fitting.ProbeSettings()
     assert DEFAULT_METHODS == settings.PROTOCOL_METHODS and len(DEFAULT_METHODS) == 9
     assert _signature_default(splits.make_split, "val_frac") == 0.1
     assert _signature_default(splits.make_split, "test_frac") == 0.2
@@ -267,10 +269,9 @@ def test_library_cli_and_resources_take_the_declared_defaults() -> None:
     assert _signature_default(calibrate.calibrate, "ood_percentile") == 99.0
     assert _signature_default(budget.comparison_plan, "ks") == (10, 20)
     assert _signature_default(budget.comparison_plan, "seeds") == (0, 1, 2)
-    resource = {f: info.default for f, info in SettingsResource.model_fields.items()}
-    for field in dataclasses.fields(FitSettings):
-        if field.name in resource:
-            assert resource[field.name] == getattr(fit, field.name), field.name
+    # the resource's fields are the declaration's, and its defaults give the declared settings back
+    assert set(SettingsResource.model_fields) == {*settings.RefreshSettings.model_fields, "predictor_dir"}
+    assert SettingsResource().settings() == declared
     parser = evaluate.add_arguments(__import__("argparse").ArgumentParser())
     args = parser.parse_args(["--data", str(REPO)])
     assert (args.seeds, args.seed_offset, args.test_frac, args.val_frac, args.split) == (3, 0, 0.2, 0.1, "random")
@@ -282,13 +283,12 @@ def test_every_declared_default_parses() -> None:
 
 
 def test_a_bad_value_is_refused_naming_the_variable_and_the_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparseeval.estimate import fitting
     from sparseeval.estimate.budget import budget_from_env
     from sparseeval.estimate.methods.device import cpu_threads
-    from sparseeval.publish.comparison import ComparisonSettings
-    from sparseeval.publish.refresh_policy import FitSettings
-
-    for env, call in (("SPARSEEVAL_K", FitSettings.from_environment),
-                      ("SPARSEEVAL_COMPARE_KS", ComparisonSettings.from_environment),
+    from_environment = settings.RefreshSettings.from_environment
+    for env, call in (("SPARSEEVAL_K", from_environment),
+                      ("SPARSEEVAL_COMPARE_KS", from_environment),
                       ("SPARSEEVAL_COMPARE_BUDGET_S", budget_from_env),
                       ("SPARSEEVAL_THREADS", cpu_threads)):
         monkeypatch.setenv(env, "lots")
@@ -299,33 +299,33 @@ def test_a_bad_value_is_refused_naming_the_variable_and_the_value(monkeypatch: p
         monkeypatch.setenv("SPARSEEVAL_FRONTIER_QUANTILE", quantile)
         with pytest.raises(settings.SettingError, match=rf"\$SPARSEEVAL_FRONTIER_QUANTILE must be a number in "
                                                         rf"\[0.5, 1\), got '{quantile}'"):
-            FitSettings.from_environment()
+            from_environment()
     monkeypatch.setenv("SPARSEEVAL_FRONTIER_QUANTILE", "0.8")
-    assert FitSettings.from_environment().frontier_quantile == 0.8
+    assert from_environment().frontier_quantile == 0.8
     # a negative probe, a level with no model on one side, a target in percent of percent, a bar of "15"
     # meant as 15 %: refused here, not a note on every benchmark (or a check that never refuses)
-    for env, value, kind in (("SPARSEEVAL_PROBE_ITEMS", "-3", "a whole number >= 0"),
-                             ("SPARSEEVAL_PROBE_FROM", "1.5", r"a number in \(0, 1\)"),
-                             ("SPARSEEVAL_PROBE_FROM", "0", r"a number in \(0, 1\)"),
+    for env, value, kind in (("SPARSEEVAL_PROBE_ITEMS", "-3", "an integer >= 0"),
+                             ("SPARSEEVAL_PROBE_FROM", "1.5", "a number strictly between 0 and 1"),
+                             ("SPARSEEVAL_PROBE_FROM", "0", "a number strictly between 0 and 1"),
                              ("SPARSEEVAL_PROBE_TARGET", "0", r"points in \(0, 50\]"),
-                             ("SPARSEEVAL_PROBE_BATCH", "0", "a whole number >= 1"),
+                             ("SPARSEEVAL_PROBE_BATCH", "0", "a positive integer"),
                              ("SPARSEEVAL_FRONTIER_SILENT_MAX", "15", r"a share in \[0, 1\]")):
         monkeypatch.setenv(env, value)
         with pytest.raises(settings.SettingError, match=rf"\${env} must be {kind}, got '{value}'"):
-            FitSettings.from_environment()
+            from_environment()
         monkeypatch.delenv(env)
     monkeypatch.setenv("SPARSEEVAL_PROBE_ITEMS", "0")  # 0: no probe
     monkeypatch.setenv("SPARSEEVAL_PROBE_FROM", "0.5")
-    assert (FitSettings.from_environment().probe_items, FitSettings.from_environment().probe_from) == (0, 0.5)
-    assert FitSettings.from_environment().probe() is None
+    assert (from_environment().probe_items, from_environment().probe_from) == (0, 0.5)
+    assert fitting.ProbeSettings.of(from_environment()) is None
     monkeypatch.setenv("SPARSEEVAL_COMPARE_BUDGET_S", "0")
     assert budget_from_env() == math.inf
     monkeypatch.setenv("SPARSEEVAL_K", " 7 ")
     monkeypatch.setenv("SPARSEEVAL_COMPARE_METHODS", "random, sparseeval-linear,")
-    assert FitSettings.from_environment().k == 7
-    assert ComparisonSettings.from_environment().methods == ("random", "sparseeval-linear")
+    assert from_environment().k == 7
+    assert from_environment().compare_methods == ("random", "sparseeval-linear")
     monkeypatch.setenv("SPARSEEVAL_K", "   ")  # blank: unset, the default
-    assert FitSettings.from_environment().k == settings.DEFAULT_K
+    assert from_environment().k == settings.DEFAULT_K
 
 
 def test_the_cli_refuses_a_bad_value_in_one_line(monkeypatch: pytest.MonkeyPatch,
@@ -335,7 +335,73 @@ def test_the_cli_refuses_a_bad_value_in_one_line(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setenv("SPARSEEVAL_K", "x")
     assert cli.main(["fit", "--data", str(REPO), "--benchmark", "arc"]) == 2
-    assert capsys.readouterr().err.strip() == "error: $SPARSEEVAL_K must be a whole number, got 'x'"
+    assert capsys.readouterr().err.strip() == "error: $SPARSEEVAL_K must be a positive integer, got 'x'"
     monkeypatch.setenv("SPARSEEVAL_SERVE_MLFLOW_PORT", "5k")
-    with pytest.raises(SystemExit, match=r"serve: \$SPARSEEVAL_SERVE_MLFLOW_PORT must be a whole number, got '5k'"):
+    with pytest.raises(SystemExit, match=r"serve: \$SPARSEEVAL_SERVE_MLFLOW_PORT must be a positive integer, got '5k'"):
         serve_cli.main(["status"])
+
+
+# ------------------------------------------------------------------------------- one declaration
+
+#: a refresh setting added the way a developer adds one: one line in RefreshSettings
+NEW_FIELD = ('    demo_shrink: Share = setting(0.3, "a setting the test adds: how far a demo shrinks", '
+             'keys=(FIT,))\n')
+PROBE_NEW_SETTING = """
+import argparse, json, os
+from sparseeval.core import settings, settings_table
+from sparseeval.interfaces.commands import refresh
+from sparseeval.interfaces.commands.arguments import add_setting_arguments, settings_from
+from pipelines.resources import SettingsResource, default_resources
+from sparseeval.publish.refresh import fit_key
+out = {"home": settings.__file__, "variable": settings.SETTINGS["demo_shrink"].env,
+       "table": "| `SPARSEEVAL_DEMO_SHRINK` | `0.3` |" in settings_table.markdown_tables(),
+       "refresh_help": "demo_shrink" in refresh.SETTINGS,
+       "resource_default": SettingsResource.model_fields["demo_shrink"].default}
+default = settings.RefreshSettings()
+os.environ["SPARSEEVAL_DEMO_SHRINK"] = "0.4"
+chosen = settings.RefreshSettings.from_environment()
+resource = default_resources()["settings"]
+parser = argparse.ArgumentParser()
+add_setting_arguments(parser, "demo_shrink")
+out |= {"environment": chosen.demo_shrink, "resource": [resource.demo_shrink, resource.settings().demo_shrink],
+        "cli": settings_from(parser.parse_args(["--demo-shrink", "0.5"]), "demo_shrink").demo_shrink,
+        "fit_key": [chosen.key_settings(settings.FIT).get("demo_shrink"),
+                    fit_key("v", chosen.key_settings(settings.FIT))
+                    != fit_key("v", default.key_settings(settings.FIT))],
+        "other_keys": [k for k in (settings.JOINT, settings.COMPARISON) if "demo_shrink" in chosen.key_settings(k)]}
+os.environ["SPARSEEVAL_DEMO_SHRINK"] = "30"
+try:
+    settings.RefreshSettings.from_environment()
+except settings.SettingError as exc:
+    out["refused"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_a_setting_declared_once_reaches_the_environment_resource_cli_keys_and_table(tmp_path: Path) -> None:
+    """Adding a refresh setting is one edit: a field added to ``RefreshSettings`` (in a copy of the code) is read
+    from its variable, refused naming it, a field of the Dagster resource, an option of the CLI, an entry of
+    the keys it declares (and of no other), a row of the settings table and of ``sparseeval refresh --help``."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    for part in ("sparseeval", "pipelines"):
+        shutil.copytree(REPO / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    declared = tmp_path / "sparseeval" / "core" / "settings.py"
+    source = declared.read_text()
+    anchor = "    KINDS: ClassVar[tuple[str, ...]] = (FIT, JOINT, COMPARISON)\n"
+    assert source.count(anchor) == 1
+    declared.write_text(source.replace(anchor, NEW_FIELD + "\n" + anchor))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "SPARSEEVAL_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run([sys.executable, "-c", PROBE_NEW_SETTING], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["home"] == str(declared)  # the copy, not the installed package
+    assert got["variable"] == "SPARSEEVAL_DEMO_SHRINK" and got["table"] and got["refresh_help"]
+    assert got["resource_default"] == 0.3 and got["resource"] == [0.4, 0.4]
+    assert got["environment"] == 0.4 and got["cli"] == 0.5
+    assert got["fit_key"] == [0.4, True] and got["other_keys"] == []
+    assert got["refused"] == "$SPARSEEVAL_DEMO_SHRINK must be a share in [0, 1], got '30'"

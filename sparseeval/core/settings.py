@@ -1,254 +1,352 @@
-"""Every default of the product, and the environment variable that overrides it, in one place.
+"""Every setting of the product, declared once: its type, default, meaning, environment variable and the keys
+it enters. Everything else is derived from these declarations.
 
-The CLI, the benches, the served mode and the Dagster resources (through ``dg.EnvVar``) all read
-defaults from here, so ``make run``, ``dagster dev``, the schedule and ``sparseeval predict
---benchmark`` agree on one data folder, one method, one interval level. Three registries:
+Two declarations hold them, both pydantic models whose fields are the settings:
 
-* :data:`SETTINGS`: the product's own ``SPARSEEVAL_*`` variables, each with its default, its type
-  (:meth:`Setting.value` parses it and refuses a bad value naming the variable) and where it counts;
-* :data:`FIXED`: defaults no variable overrides (split fractions, calibration share, the library's
-  comparison methods): library arguments and CLI options take them from here;
-* :data:`FOREIGN`: other tools' variables the product reads or sets (the Hub client's, MLflow's,
-  Dagster's), each with why, and the default the product assumes when it has one.
+* :class:`RefreshSettings`: what a refresh computes (method, K, seed, interval level, checks, probe,
+  comparison). Each field says which keys it enters (:data:`FIT`, :data:`JOINT`, :data:`COMPARISON`), so
+  :meth:`RefreshSettings.key_settings` is the fit, joint and comparison key; the Dagster resource
+  (``pipelines.resources.SettingsResource``) is generated from its fields; the CLI's options for them come
+  from :func:`sparseeval.interfaces.commands.arguments.add_setting_arguments`;
+* :class:`ProcessSettings`: where things live and how processes run (data folder, store, sources, served
+  mode, threads).
 
-Nothing outside this module reads an environment variable that is in none of them, and nothing
-else spells one of these defaults (``tests/test_settings_home.py`` scans the code and checks the
-README's table, which ``make settings-table`` regenerates from :func:`markdown_tables`). Values are
-read when asked (not at import), so a changed environment is honoured by long-lived processes and
-tests.
+From both, :data:`SETTINGS` is the table of every ``SPARSEEVAL_*`` variable (:meth:`Setting.value` parses a
+variable's text with the field's own pydantic type, :mod:`sparseeval.core.setting_kinds`, and refuses a bad
+value naming the variable), and the settings tables of docs/settings.md
+(:mod:`sparseeval.core.settings_table`, ``make settings-table``). :data:`FIXED` holds the library
+defaults no variable overrides, :data:`FOREIGN` other tools' variables the product reads or sets. Adding a
+setting is one field here (``tests/test_settings_home.py`` proves a new field reaches the environment, the
+resource, the CLI, the keys and the table). Values are read when asked (not at import), so a changed
+environment is honoured by long-lived processes and tests.
+
+Why pydantic and not pydantic-settings: the models parse and validate (lax, from the environment's text);
+reading the declared variables is a loop over the fields, and pydantic-settings would add python-dotenv to
+the light install for nothing.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import sys
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from sparseeval.core.errors import UsageError
+from sparseeval.core.setting_kinds import (
+    Counts,
+    CutQuantile,
+    Device,
+    Kind,
+    Margin,
+    Names,
+    NonNegative,
+    NonNegativeInt,
+    OpenShare,
+    Points,
+    PositiveInt,
+    Seed,
+    Share,
+    Text,
+)
 
 
 class SettingError(UsageError):
     """An environment variable whose value cannot be what it sets (the message names both)."""
 
 
-def csv(raw: str) -> tuple[str, ...]:
-    """A comma-separated list (blanks and empty entries dropped)."""
-    return tuple(part.strip() for part in raw.split(",") if part.strip())
+# --------------------------------------------------------------------------------- the declarations
 
-
-def int_csv(raw: str) -> tuple[int, ...]:
-    """A comma-separated list of whole numbers."""
-    return tuple(int(part) for part in csv(raw))
-
-
-def cut_quantile(raw: str | float) -> float:
-    """Where a frontier split cuts the score: a quantile in [0.5, 1) (above it: the stronger models); the
-    setting's parser and :func:`sparseeval.estimate.splits.frontier_cut` both check with it."""
-    q = float(raw)
-    if not 0.5 <= q < 1.0:
-        raise ValueError(raw)
-    return q
-
-
-def positive_int(raw: str) -> int:
-    """A whole number of at least 1 (a count that 0 or less would turn into a quiet no-op or an error later)."""
-    n = int(raw)
-    if n < 1:
-        raise ValueError(raw)
-    return n
-
-
-def non_negative_int(raw: str) -> int:
-    """A whole number of at least 0 (0: the thing it counts is off)."""
-    n = int(raw)
-    if n < 0:
-        raise ValueError(raw)
-    return n
-
-
-def unit(raw: str) -> float:
-    """A share in [0, 1] (a fraction, never a percentage: 15 would silently mean every model)."""
-    q = float(raw)
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(raw)
-    return q
-
-
-def points(raw: str) -> float:
-    """A half-width in percentage points, above 0 and at most 50."""
-    q = float(raw)
-    if not 0.0 < q <= 50.0:
-        raise ValueError(raw)
-    return q
-
-
-def open_unit(raw: str) -> float:
-    """A number strictly between 0 and 1 (a quantile that must leave models on both sides)."""
-    q = float(raw)
-    if not 0.0 < q < 1.0:
-        raise ValueError(raw)
-    return q
-
-
-#: what each parser accepts, for the error message
-KINDS: dict[Callable[[str], Any], str] = {str: "text", int: "a whole number", float: "a number",
-                                          csv: "a comma-separated list", int_csv: "comma-separated whole numbers",
-                                          cut_quantile: "a number in [0.5, 1)", positive_int: "a whole number >= 1",
-                                          non_negative_int: "a whole number >= 0", unit: "a share in [0, 1]",
-                                          points: "points in (0, 50]",
-                                          open_unit: "a number in (0, 1)"}
-#: where a setting counts (the README table says it)
+#: the keys a refresh setting can enter: the fit key of a benchmark's predictor, the joint predictor's, the
+#: comparison's (``sparseeval.publish.refresh.fit_key`` / ``comparison_key`` hash them with the data version)
+FIT, JOINT, COMPARISON = "fit", "joint", "comparison"
+#: where a setting counts (the settings table says it)
 SCOPES = {"refresh": "the refresh and the CLI", "pipeline": "the Dagster daemon", "runtime": "every process",
           "serve": "make serve", "test": "crash tests only"}
 
 
+def setting(default: Any, help: str, *, keys: tuple[str, ...] = (), env: bool = True, scope: str = "refresh",
+            key_name: str | None = None, with_probe: bool = False, flags: tuple[str, ...] | None = None) -> Any:
+    """One setting's declaration (a pydantic field): its ``default``, what it is (``help``), the ``keys`` it
+    enters (under ``key_name``, default its own), whether a ``SPARSEEVAL_*`` variable sets it (``env``),
+    where it counts (``scope``), whether it enters a key only when the probe is on (``with_probe``), and the
+    CLI ``flags`` that set it (default ``--name``)."""
+    return Field(default, description=help, json_schema_extra={
+        "keys": list(keys), "env": env, "scope": scope, "key_name": key_name, "with_probe": with_probe,
+        "flags": list(flags) if flags else None})
+
+
+def meta(field: FieldInfo) -> dict[str, Any]:
+    """A declared field's metadata (:func:`setting`)."""
+    extra = field.json_schema_extra
+    return dict(extra) if isinstance(extra, dict) else {}
+
+
+def env_name(name: str) -> str:
+    """The variable of setting ``name``."""
+    return "SPARSEEVAL_" + name.upper()
+
+
+class Declared(BaseModel):
+    """What both declarations share: read from the environment, and refused naming the variable."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def from_environment(cls, **given: Any) -> Self:
+        """The settings as the environment sets them (blank: unset), ``given`` values over them; a bad value
+        is refused with a :class:`SettingError` naming the variable (or the given name) and what it holds."""
+        values: dict[str, Any] = {}
+        for name, field in cls.model_fields.items():
+            raw = os.environ.get(env_name(name), "").strip() if meta(field).get("env", True) else ""
+            if raw:
+                values[name] = raw
+        return cls._validated(values, given)
+
+    @classmethod
+    def check(cls, name: str, raw: Any) -> Any:
+        """Setting ``name``'s value ``raw`` checked by its declared type (a ValueError when it is not one): what
+        the CLI's options for the setting parse with."""
+        try:
+            return getattr(cls.model_validate({name: raw}), name)
+        except ValidationError:
+            raise ValueError(raw) from None
+
+    @classmethod
+    def from_values(cls, given: Mapping[str, Any]) -> Self:
+        """The settings ``given`` (a Dagster run's config), the rest at their defaults; a bad value is refused
+        with a :class:`SettingError` naming the setting."""
+        return cls._validated({}, dict(given))
+
+    @classmethod
+    def _validated(cls, environment: dict[str, Any], given: dict[str, Any]) -> Self:
+        try:
+            return cls.model_validate({**environment, **given})
+        except ValidationError as exc:
+            name = str(exc.errors()[0]["loc"][0])
+            where, got = (name, given[name]) if name in given else (f"${env_name(name)}", environment.get(name))
+            raise SettingError(f"{where} must be {kind_of(cls.model_fields[name])}, got {got!r}") from None
+
+
+def kind_of(field: FieldInfo) -> str:
+    """What a field's value must be, in words."""
+    return next((m.words for m in field.metadata if isinstance(m, Kind)), "valid")
+
+
+class RefreshSettings(Declared):
+    """What a refresh computes: every setting its fit, calibration, checks, probe, decision and comparison
+    read. A field's ``keys`` say which keys a change to it changes (a changed key refreshes what it keys)."""
+
+    method: Text = setting("sparseeval-headroom", "anchor method the pipeline publishes", keys=(FIT, JOINT))
+    k: PositiveInt = setting(20, "anchors per benchmark", keys=(FIT, JOINT), flags=("-k", "--k"))
+    joint_benchmarks: Text = setting(
+        "", "benchmarks of the joint predictor, comma-separated (default: every benchmark without a variant suffix; "
+            "'none' turns the joint predictor off)", keys=(JOINT,))
+    seed: Seed = setting(0, "seed of the published split and fit", keys=(FIT, JOINT, COMPARISON))
+    device: Device = setting("auto", "auto (CUDA when present), cpu or cuda")
+    alpha: OpenShare = setting(0.1, "interval miscoverage (0.1: 90 % intervals)", keys=(FIT, JOINT))
+    split_policy: Text = setting("random", "how models are split into train / val / test (random, family, date, "
+                                           "frontier)", keys=(FIT, JOINT, COMPARISON), env=False)
+    val_frac: OpenShare = setting(0.1, "share of the models held out for validation (early stopping, swaps)",
+                                  keys=(FIT, JOINT, COMPARISON), env=False)
+    test_frac: OpenShare = setting(0.2, "share of the models held out to score a fit (the held-out MAE and "
+                                        "coverage)", keys=(FIT, JOINT, COMPARISON), env=False)
+    compare_methods: Names = setting(
+        ("random", "random-linear", "anchor-points", "gp-irt", "sparseeval-linear", "sparseeval-mlp"),
+        "methods in the comparison", keys=(COMPARISON,), key_name="methods")
+    compare_ks: Counts = setting((10, 20), "anchor counts in the comparison", keys=(COMPARISON,), key_name="ks")
+    compare_seeds: PositiveInt = setting(3, "seeds (splits) in the comparison", keys=(COMPARISON,), key_name="seeds")
+    compare_budget_s: NonNegative = setting(
+        300.0, "seconds the method comparison may take per benchmark (0: no budget); above it fewer seeds, "
+               "methods, Ks are run and the asset says so", keys=(COMPARISON,), key_name="budget_s")
+    compare_new_share: Share = setting(
+        0.1, "the method comparison runs right after a refresh only when the models added since the last "
+             "comparison are at least this share of the benchmark; below it, it waits for its weekly schedule (the "
+             "last comparison stands)")
+    challenger_margin: Margin = setting(
+        0.05, "a re-selected anchor set replaces the champion only if its held-out MAE is this fraction lower",
+        keys=(FIT, JOINT))
+    challenger_min_days: NonNegative = setting(30.0, "at most one champion change per this many days",
+                                               keys=(FIT, JOINT))
+    coverage_tolerance: Share = setting(
+        0.1, "publishing check: held-out interval coverage within this of nominal (finite-sample slack)",
+        keys=(FIT, JOINT))
+    frontier_silent_max: Share = setting(
+        0.15, "publishing check: on a frontier split of the candidate's own fitting models (fitted at or below "
+              "SPARSEEVAL_FRONTIER_QUANTILE of the score, scored on the stronger rest), at most this share of the "
+              "stronger models may fall outside their interval without an OOD flag (the interval's own "
+              "miscoverage, 0.1 at 90 %, counts in it). Raised to publish a refused predictor knowingly, it does "
+              "not silence `predict`: above the cut the self-check failed, a prediction is still warned at the "
+              "default", keys=(FIT, JOINT))
+    frontier_quantile: CutQuantile = setting(
+        0.9, "where that frontier self-check cuts the candidate's fitting models by score (0.9: fitted on the "
+             "weakest 90 %, scored on the strongest 10 %); lower it (0.8) where new models are expected further "
+             "beyond the strongest ones: farther beyond, the intervals miss more often (docs/results/frontier.md)",
+        keys=(FIT, JOINT))
+    probe_items: NonNegativeInt = setting(
+        40, "the probe's first batch: random items beyond the anchors that a model the anchors place at the top "
+            "answers (`sparseeval next` names them, per model), its estimate and interval then come from them by "
+            "design (sparseeval/estimate/probe.py); 0 publishes predictors without a probe",
+        keys=(FIT,), with_probe=True, flags=("--probe",))
+    probe_batch: PositiveInt = setting(
+        20, "items the probe adds per step while its sampling half-width is above SPARSEEVAL_PROBE_TARGET",
+        keys=(FIT,), with_probe=True)
+    probe_max: PositiveInt = setting(200, "the most items a probe asks of one model", keys=(FIT,), with_probe=True)
+    probe_target: Points = setting(
+        5.0, "the probe's target: it asks for more items while its sampling half-width is above this many points "
+             "(the interval adds a subset pool's line error, which more items do not shrink)",
+        keys=(FIT,), with_probe=True)
+    probe_from: OpenShare = setting(
+        0.8, "the quantile of the calibration models' predictions from which a model is asked the probe (0.8: a "
+             "fifth of ordinary models, more where many tie at the top), besides any the anchors flag as possibly "
+             "above the training range", keys=(FIT,), with_probe=True)
+
+    KINDS: ClassVar[tuple[str, ...]] = (FIT, JOINT, COMPARISON)
+
+    def key_settings(self, kind: str) -> dict[str, Any]:
+        """Every setting of ``kind``'s key (:data:`FIT`, :data:`JOINT`, :data:`COMPARISON`), by its key name; the
+        probe's enter only when there is one (``probe_items`` > 0), so a deployment without a probe keeps its
+        keys whatever the other probe settings say."""
+        out: dict[str, Any] = {}
+        for name, field in type(self).model_fields.items():
+            m = meta(field)
+            if kind not in m.get("keys", ()) or (m.get("with_probe") and not self.probe_items):
+                continue
+            value = getattr(self, name)
+            out[m.get("key_name") or name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+class ProcessSettings(Declared):
+    """Where things live and how processes run: read where they are used (:func:`data_dir`, :func:`db_path`,
+    :data:`SETTINGS`), never part of a key."""
+
+    data_dir: Text = setting("data", "folder of the DuckDB store, MLflow store, predictors, embedded source",
+                             scope="runtime")
+    db: Text = setting("", "DuckDB file (default <data dir>/sparseeval.duckdb)", scope="runtime")
+    predictors: Text = setting("", "published predictors (default <data dir>/predictors)", scope="runtime")
+    source: Text = setting(
+        "", "sources to ingest, comma-separated: results folders, hf://datasets/ORG/REPO[@revision] (one Hub "
+            "dataset repo) and hf://datasets/ORG/GLOB (an org's matching repos); an unchanged repo costs one "
+            "metadata call per refresh, a new commit downloads only its new files (default: the embedded synthetic "
+            "leaderboard)")
+    hub_tasks: Text = setting(
+        "", "tasks whose files a Hub source downloads, comma-separated: leaderboard benchmarks (arc, mmlu, bbh, "
+            "...), lm-eval task names, or globs of them (toy_*: a group's files carry its subtasks' names); the "
+            "aggregate results_*.json always come (default: every result file)")
+    duckdb_memory: Text = setting(
+        "4GB", "memory limit of every DuckDB connection (it spills to disk beyond): the leaderboard's 210 M rows "
+               "ingest in ~4 GB instead of DuckDB's default 80 % of RAM", scope="runtime")
+    sensor_interval: PositiveInt = setting(
+        30, "seconds between two evaluations of each sensor by the Dagster daemon (new files, stale benchmarks, "
+            "joint predictor)", scope="pipeline")
+    threads: NonNegativeInt | None = setting(
+        None, "CPU threads per fit (0 or unset: every available CPU); the count changes floating-point sums, so the "
+              "same seed gives the same fit at the same thread count on one machine (set it, e.g. to 1, to run fits "
+              "side by side). Not across CPUs whose math kernels differ: there the same seed and count gave the "
+              "same anchors on 4 of 5 shared benchmarks (mmlu's differed) and weights equal to about 1e-4",
+        scope="runtime")
+    pg_bin: Text = setting("/usr/lib/postgresql/15/bin", "folder of the PostgreSQL binaries (initdb, pg_ctl, psql) "
+                                                         "of the served mode's local cluster", scope="serve")
+    serve_dagster_port: PositiveInt = setting(3000, "port of the Dagster webserver (make serve)", scope="serve")
+    serve_mlflow_port: PositiveInt = setting(5000, "port of the MLflow tracking server (make serve)", scope="serve")
+    serve_mlflow_host: Text = setting(
+        "127.0.0.1", "interface the MLflow server binds (make serve); anything but 127.0.0.1 turns on its "
+                     "basic-auth app and needs MLFLOW_AUTH_ADMIN_PASSWORD", scope="serve")
+    service: Text = setting(
+        "", "set by make serve on every process a service starts (its name and data folder), never by hand: how a "
+            "restart or make serve-stop finds a service's leftovers (read from /proc/PID/environ)", scope="serve")
+    failpoint: Text = setting(
+        "", "test-only hook: the publication step boundary (before-register, after-register, ..., after-alias) "
+            "where the process kills itself (SIGKILL), so crash tests prove every boundary recoverable",
+        scope="test")
+
+
+# --------------------------------------------------------------------------------- every variable, as a table
+
+def _text(value: Any) -> str:
+    """A default as it would be written in the environment (empty: unset)."""
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 @dataclass(frozen=True)
 class Setting:
-    """One ``SPARSEEVAL_*`` variable: its default (as text, as it would be written in the
-    environment; empty: derived, the help says from what), what it is, how its text is parsed and
-    where it counts."""
+    """One ``SPARSEEVAL_*`` variable, as its declaration (a field of :class:`RefreshSettings` or
+    :class:`ProcessSettings`) makes it: its default as text (empty: derived, the help says from what), what it
+    is, where it counts, and its value now, parsed by the field's own type."""
 
-    env: str
-    default: str
-    help: str
-    parse: Callable[[str], Any] = str
-    scope: str = "refresh"
+    name: str
+    owner: type[Declared]
+
+    @property
+    def field(self) -> FieldInfo:
+        return self.owner.model_fields[self.name]
+
+    @property
+    def env(self) -> str:
+        return env_name(self.name)
+
+    @property
+    def default(self) -> str:
+        return _text(self.field.default)
+
+    @property
+    def help(self) -> str:
+        return self.field.description or ""
+
+    @property
+    def scope(self) -> str:
+        return meta(self.field).get("scope", "refresh")
+
+    @property
+    def kind(self) -> str:
+        return kind_of(self.field)
 
     def get(self) -> str:
         """The variable's text, or the default's when it is unset or empty."""
-        return os.environ.get(self.env) or self.default
+        return os.environ.get(self.env, "").strip() or self.default
 
     def is_set(self) -> bool:
-        return bool(os.environ.get(self.env))
+        return bool(os.environ.get(self.env, "").strip())
 
     def value(self) -> Any:
-        """The current value, parsed (None for an unset numeric setting without a default); a bad
-        value is refused with a :class:`SettingError` naming the variable and what it holds."""
-        if self.parse is str:
-            return self.get()
-        return self._parse(os.environ.get(self.env, "").strip() or self.default, f"${self.env}")
+        """The current value, parsed (the default's when unset); a bad value is refused with a
+        :class:`SettingError` naming the variable and what it holds."""
+        raw = os.environ.get(self.env, "").strip()
+        if not raw:
+            return self.default_value
+        try:
+            return getattr(self.owner.model_validate({self.name: raw}), self.name)
+        except ValidationError:
+            raise SettingError(f"${self.env} must be {self.kind}, got {raw!r}") from None
 
     @property
     def default_value(self) -> Any:
-        """The default, parsed: what library arguments and dataclass fields take."""
-        return self._parse(self.default, f"the default of {self.env}")
-
-    def _parse(self, raw: str, what: str) -> Any:
-        if self.parse is str:
-            return raw
-        if not raw.strip():
-            return None
-        try:
-            return self.parse(raw.strip())
-        except ValueError:
-            raise SettingError(f"{what} must be {KINDS.get(self.parse, 'valid')}, got {raw!r}") from None
+        """The default, typed: what library arguments and dataclass fields take."""
+        return self.field.default
 
 
-#: short name (the variable without ``SPARSEEVAL_``, lower case) -> the setting
-SETTINGS: dict[str, Setting] = {s.env.removeprefix("SPARSEEVAL_").lower(): s for s in (
-    Setting("SPARSEEVAL_DATA_DIR", "data", "folder of the DuckDB store, MLflow store, predictors, embedded source",
-            scope="runtime"),
-    Setting("SPARSEEVAL_DB", "", "DuckDB file (default <data dir>/sparseeval.duckdb)", scope="runtime"),
-    Setting("SPARSEEVAL_PREDICTORS", "", "published predictors (default <data dir>/predictors)", scope="runtime"),
-    Setting("SPARSEEVAL_SOURCE", "",
-            "sources to ingest, comma-separated: results folders, hf://datasets/ORG/REPO[@revision] (one Hub "
-            "dataset repo) and hf://datasets/ORG/GLOB (an org's matching repos); an unchanged repo costs one "
-            "metadata call per refresh, a new commit downloads only its new files (default: the embedded "
-            "synthetic leaderboard)"),
-    Setting("SPARSEEVAL_HUB_TASKS", "",
-            "tasks whose files a Hub source downloads, comma-separated: leaderboard benchmarks (arc, mmlu, bbh, "
-            "...), lm-eval task names, or globs of them (toy_*: a group's files carry its subtasks' names); the "
-            "aggregate results_*.json always come (default: every result file)"),
-    Setting("SPARSEEVAL_METHOD", "sparseeval-headroom", "anchor method the pipeline publishes"),
-    Setting("SPARSEEVAL_K", "20", "anchors per benchmark", int),
-    Setting("SPARSEEVAL_JOINT_BENCHMARKS", "",
-            "benchmarks of the joint predictor, comma-separated (default: every benchmark without a "
-            "variant suffix; 'none' turns the joint predictor off)"),
-    Setting("SPARSEEVAL_SEED", "0", "seed of the published split and fit", int),
-    Setting("SPARSEEVAL_DEVICE", "auto", "auto (CUDA when present), cpu or cuda"),
-    Setting("SPARSEEVAL_ALPHA", "0.1", "interval miscoverage (0.1: 90 % intervals)", float),
-    Setting("SPARSEEVAL_COMPARE_METHODS", "random,random-linear,anchor-points,gp-irt,sparseeval-linear,"
-                                          "sparseeval-mlp", "methods in the comparison", csv),
-    Setting("SPARSEEVAL_COMPARE_KS", "10,20", "anchor counts in the comparison", int_csv),
-    Setting("SPARSEEVAL_COMPARE_SEEDS", "3", "seeds (splits) in the comparison", int),
-    Setting("SPARSEEVAL_COMPARE_BUDGET_S", "300",
-            "seconds the method comparison may take per benchmark (0: no budget); above it fewer seeds, "
-            "methods, Ks are run and the asset says so", float),
-    Setting("SPARSEEVAL_COMPARE_NEW_SHARE", "0.1",
-            "the method comparison runs right after a refresh only when the models added since the last "
-            "comparison are at least this share of the benchmark; below it, it waits for its weekly schedule "
-            "(the last comparison stands)", float),
-    Setting("SPARSEEVAL_CHALLENGER_MARGIN", "0.05",
-            "a re-selected anchor set replaces the champion only if its held-out MAE is this fraction lower", float),
-    Setting("SPARSEEVAL_CHALLENGER_MIN_DAYS", "30", "at most one champion change per this many days", float),
-    Setting("SPARSEEVAL_DUCKDB_MEMORY", "4GB",
-            "memory limit of every DuckDB connection (it spills to disk beyond): the leaderboard's 210 M rows "
-            "ingest in ~4 GB instead of DuckDB's default 80 % of RAM", scope="runtime"),
-    Setting("SPARSEEVAL_COVERAGE_TOLERANCE", "0.1",
-            "publishing check: held-out interval coverage within this of nominal (finite-sample slack)", float),
-    Setting("SPARSEEVAL_FRONTIER_SILENT_MAX", "0.15",
-            "publishing check: on a frontier split of the candidate's own fitting models (fitted at or below "
-            "SPARSEEVAL_FRONTIER_QUANTILE of the score, scored on the stronger rest), at most this share of the "
-            "stronger models may fall outside their interval without an OOD flag (the interval's own "
-            "miscoverage, 0.1 at 90 %, counts in it). Raised to publish a refused predictor knowingly, it does "
-            "not silence `predict`: above the cut the self-check failed, a prediction is still warned at the default",
-            unit),
-    Setting("SPARSEEVAL_FRONTIER_QUANTILE", "0.9",
-            "where that frontier self-check cuts the candidate's fitting models by score (0.9: fitted on the "
-            "weakest 90 %, scored on the strongest 10 %); lower it (0.8) where new models are expected further "
-            "beyond the strongest ones: farther beyond, the intervals miss more often (docs/results/frontier.md)",
-            cut_quantile),
-    Setting("SPARSEEVAL_PROBE_ITEMS", "40",
-            "the probe's first batch: random items beyond the anchors that a model the anchors place at the top "
-            "answers (`sparseeval next` names them, per model), its estimate and interval then come from them by "
-            "design (sparseeval/estimate/probe.py); 0 publishes predictors without a probe", non_negative_int),
-    Setting("SPARSEEVAL_PROBE_BATCH", "20",
-            "items the probe adds per step while its sampling half-width is above SPARSEEVAL_PROBE_TARGET",
-            positive_int),
-    Setting("SPARSEEVAL_PROBE_MAX", "200", "the most items a probe asks of one model", positive_int),
-    Setting("SPARSEEVAL_PROBE_TARGET", "5",
-            "the probe's target: it asks for more items while its sampling half-width is above this many points "
-            "(the interval adds a subset pool's line error, which more items do not shrink)", points),
-    Setting("SPARSEEVAL_PROBE_FROM", "0.8",
-            "the quantile of the calibration models' predictions from which a model is asked the probe (0.8: a "
-            "fifth of ordinary models, more where many tie at the top), besides any the anchors flag as possibly "
-            "above the training range", open_unit),
-    Setting("SPARSEEVAL_SENSOR_INTERVAL", "30",
-            "seconds between two evaluations of each sensor by the Dagster daemon (new files, stale benchmarks, "
-            "joint predictor)", int, "pipeline"),
-    Setting("SPARSEEVAL_THREADS", "",
-            "CPU threads per fit (0 or unset: every available CPU); the count changes floating-point sums, so the "
-            "same seed gives the same fit at the same thread count on one machine (set it, e.g. to 1, to run fits "
-            "side by side). Not across CPUs whose math kernels differ: there the same seed and count gave the same "
-            "anchors on 4 of 5 shared benchmarks (mmlu's differed) and weights equal to about 1e-4",
-            int, "runtime"),
-    Setting("SPARSEEVAL_PG_BIN", "/usr/lib/postgresql/15/bin",
-            "folder of the PostgreSQL binaries (initdb, pg_ctl, psql) of the served mode's local cluster",
-            scope="serve"),
-    Setting("SPARSEEVAL_SERVE_DAGSTER_PORT", "3000", "port of the Dagster webserver (make serve)", int, "serve"),
-    Setting("SPARSEEVAL_SERVE_MLFLOW_PORT", "5000", "port of the MLflow tracking server (make serve)", int, "serve"),
-    Setting("SPARSEEVAL_SERVE_MLFLOW_HOST", "127.0.0.1",
-            "interface the MLflow server binds (make serve); anything but 127.0.0.1 turns on its basic-auth app "
-            "and needs MLFLOW_AUTH_ADMIN_PASSWORD", scope="serve"),
-    Setting("SPARSEEVAL_SERVICE", "",
-            "set by make serve on every process a service starts (its name and data folder), never by hand: "
-            "how a restart or make serve-stop finds a service's leftovers (read from /proc/PID/environ)",
-            scope="serve"),
-    Setting("SPARSEEVAL_FAILPOINT", "",
-            "test-only hook: the publication step boundary (before-register, after-register, ..., after-alias) "
-            "where the process kills itself (SIGKILL), so crash tests prove every boundary recoverable",
-            scope="test"),
-)}
+#: short name (the variable without ``SPARSEEVAL_``, lower case) -> the setting, for every declared variable
+SETTINGS: dict[str, Setting] = {name: Setting(name, owner) for owner in (ProcessSettings, RefreshSettings)
+                                for name, field in owner.model_fields.items() if meta(field).get("env", True)}
 
-DEFAULT_METHOD: str = SETTINGS["method"].default_value
-DEFAULT_K: int = SETTINGS["k"].default_value
-DEFAULT_ALPHA: float = SETTINGS["alpha"].default_value
-DEFAULT_SEED: int = SETTINGS["seed"].default_value
-DEFAULT_DEVICE: str = SETTINGS["device"].default_value
+_REFRESH = RefreshSettings()
+DEFAULT_METHOD: str = _REFRESH.method
+DEFAULT_K: int = _REFRESH.k
+DEFAULT_ALPHA: float = _REFRESH.alpha
+DEFAULT_SEED: int = _REFRESH.seed
+DEFAULT_DEVICE: str = _REFRESH.device
+DEFAULT_SPLIT_POLICY: str = _REFRESH.split_policy
+DEFAULT_VAL_FRAC: float = _REFRESH.val_frac
+DEFAULT_TEST_FRAC: float = _REFRESH.test_frac
 #: files and folders inside the data folder (the defaults of ``$SPARSEEVAL_DB`` and ``$SPARSEEVAL_PREDICTORS``)
 DB_FILE, PREDICTORS_FOLDER = "sparseeval.duckdb", "predictors"
 
@@ -263,9 +361,8 @@ class Fixed:
 
 #: short name -> a default without a variable
 FIXED: dict[str, Fixed] = {
-    "split_policy": Fixed("random", "how models are split into train / val / test (random, family, date, frontier)"),
-    "val_frac": Fixed(0.1, "share of the models held out for validation (early stopping, swaps)"),
-    "test_frac": Fixed(0.2, "share of the models held out to score a fit (the held-out MAE and coverage)"),
+    **{name: Fixed(getattr(_REFRESH, name), field.description or "")
+       for name, field in RefreshSettings.model_fields.items() if not meta(field).get("env", True)},
     "calibration_frac": Fixed(0.2, "share of the models `sparseeval fit` holds out for conformal calibration"),
     "ood_percentile": Fixed(99.0, "percentile of the calibration models' anchor distances above which a model "
                                   "is flagged out of distribution"),
@@ -277,9 +374,6 @@ FIXED: dict[str, Fixed] = {
                               "methods `sparseeval evaluate`'s library protocol and the comparison budget "
                               "take when none are named (every registered baseline and the SparseEval proxies)"),
 }
-DEFAULT_SPLIT_POLICY: str = FIXED["split_policy"].value
-DEFAULT_VAL_FRAC: float = FIXED["val_frac"].value
-DEFAULT_TEST_FRAC: float = FIXED["test_frac"].value
 DEFAULT_CALIBRATION_FRAC: float = FIXED["calibration_frac"].value
 DEFAULT_OOD_PERCENTILE: float = FIXED["ood_percentile"].value
 DEFAULT_BEYOND_PRIOR: float = FIXED["beyond_prior"].value
@@ -357,62 +451,3 @@ def duckdb_config() -> dict[str, str]:
     """Config for every DuckDB connection the library opens: bounded memory (DuckDB spills to its
     temp directory beyond it)."""
     return {"memory_limit": SETTINGS["duckdb_memory"].get()}
-
-
-# --------------------------------------------------------------------------------- the README table
-
-README_BEGIN = "<!-- settings table: generated by `make settings-table` from sparseeval/core/settings.py -->"
-README_END = "<!-- end of settings table -->"
-
-
-def _cell(text: str) -> str:
-    """Plain help text as a Markdown table cell: ``|``, ``<`` and ``*`` escaped (a cell separator, an HTML
-    tag, emphasis otherwise)."""
-    return re.sub(r"([|<*])", r"\\\1", text)
-
-
-def _code(value: Any) -> str:
-    return f"`{','.join(map(str, value)) if isinstance(value, tuple) else value}`"
-
-
-def markdown_tables() -> str:
-    """The README's settings tables: every variable of :data:`SETTINGS`, every default of :data:`FIXED`
-    and the allow-list :data:`FOREIGN`, in declaration order."""
-    lines = ["| variable | default | where | meaning |", "|---|---|---|---|"]
-    lines += [f"| `{s.env}` | {_code(s.default) if s.default else 'unset'} | {SCOPES[s.scope]} | {_cell(s.help)} |"
-              for s in SETTINGS.values()]
-    lines += ["", "Defaults that no variable overrides (library arguments and the CLI options that take them):", "",
-              "| default | value | meaning |", "|---|---|---|"]
-    lines += [f"| `{name}` | {_code(f.value)} | {_cell(f.help)} |" for name, f in FIXED.items()]
-    lines += ["", "Other tools' variables the product reads or sets (nothing else is read from the environment):", "",
-              "| variable | tool | assumed when unset | why |", "|---|---|---|---|"]
-    lines += [f"| `{name}` | {f.owner} | {_code(f.default) if f.default else '-'} | {_cell(f.why)} |"
-              for name, f in FOREIGN.items()]
-    return "\n".join(lines)
-
-
-def _readme_span(readme: str) -> re.Match[str]:
-    match = re.search(re.escape(README_BEGIN) + r"\n(.*?)\n" + re.escape(README_END), readme, re.S)
-    if match is None:
-        raise SettingError(f"the README has no settings table between {README_BEGIN!r} and {README_END!r}")
-    return match
-
-
-def readme_block(readme: str) -> str:
-    """The generated part of ``readme`` (between the markers), or a :class:`SettingError` when it has none."""
-    return _readme_span(readme).group(1)
-
-
-def write_readme(path: Path) -> bool:
-    """Regenerate the settings table of the README at ``path`` (only between its markers); whether it changed."""
-    text = path.read_text()
-    span = _readme_span(text)
-    updated = text[:span.start(1)] + markdown_tables() + text[span.end(1):]
-    if updated != text:
-        path.write_text(updated)
-    return updated != text
-
-
-if __name__ == "__main__":  # make settings-table
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
-    print(f"{target}: settings table {'rewritten' if write_readme(target) else 'already up to date'}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,7 @@ from sparseeval.estimate.methods.joint import (
 )
 from sparseeval.estimate.metrics import score_metrics
 from sparseeval.estimate.predicting import output_calibration
+from sparseeval.estimate.selfcheck import CutFigures
 from sparseeval.estimate.splits import FRONTIER_QUANTILE, Split, SplitPolicy, frontier_cut, make_split
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,11 @@ class ProtocolConfig:
     #: tail mass of the lift at the top of the training range (:mod:`sparseeval.estimate.beyond`; 0: no lift,
     #: predictions as the estimator makes them)
     beyond_prior: float = defaults.DEFAULT_BEYOND_PRIOR
+
+    @classmethod
+    def of(cls, s: defaults.RefreshSettings) -> ProtocolConfig:
+        """The split a refresh's settings ``s`` ask for (the rest at its defaults)."""
+        return cls(split_policy=s.split_policy, val_frac=s.val_frac, test_frac=s.test_frac)  # type: ignore[arg-type]
 
 
 def split_for_seed(matrix: ResponseMatrix, seed: int, config: ProtocolConfig,
@@ -217,25 +223,19 @@ SELFCHECK_CALIBRATION = 0.2
 #: fewer models above the self-check's cut than this: nothing measured (one miss would be 5 % or more)
 MIN_FRONTIER_MODELS = 20
 #: the self-check figures logged as metrics (MLflow ``frontier/<name>``, asset metadata ``frontier_<name>``)
-FRONTIER_METRICS = ("mae", "bias", "coverage", "flagged", "silent_misses")
-
-
 def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: int, seed: int, *,
                        quantile: float = FRONTIER_QUANTILE, alpha: float = defaults.DEFAULT_ALPHA,
                        val_frac: float = defaults.DEFAULT_VAL_FRAC, device: str = defaults.DEFAULT_DEVICE,
                        params: dict[str, Any] | None = None,
-                       beyond_prior: float = defaults.DEFAULT_BEYOND_PRIOR) -> dict[str, Any]:
+                       beyond_prior: float = defaults.DEFAULT_BEYOND_PRIOR) -> CutFigures:
     """How ``method`` fares on models stronger than every model it learned from, measured on the
     candidate's *own* fitting models ``rows`` (row indices of ``matrix``): fitted and calibrated on
     those at or below their ``quantile`` quantile of the score, scored on the stronger rest, with the
     product's intervals and flags. The candidate's held-out models are never touched, so the figures
     can gate publication without leaking them; they say what happens to the next, stronger model.
 
-    Returns plain JSON (stored in DuckDB, logged to MLflow, published in ``predictor.json``): ``mae``,
-    ``bias`` (points), ``coverage``, ``halfwidth``, ``flagged``, ``silent_misses`` (shares), ``n`` (the
-    stronger models), ``measured``; with fewer than ``MIN_FRONTIER_MODELS`` stronger models only
-    ``measured: False``, ``n`` and a ``note``.
-    """
+    Returns the figures (:class:`~sparseeval.estimate.selfcheck.CutFigures`; with fewer than
+    ``MIN_FRONTIER_MODELS`` stronger models not measured, with a note)."""
     sub = matrix.take_models(np.asarray(rows, dtype=np.int64))
     cut, beyond = frontier_cut(sub.scores, quantile)
     if (unmeasured := too_few_beyond(beyond, quantile, "")) is not None:
@@ -244,15 +244,15 @@ def frontier_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k:
                             calibration_frac=SELFCHECK_CALIBRATION, alpha=alpha, beyond_prior=beyond_prior)
     r = evaluate_method(sub, split_for_seed(sub, seed, config), method, k, seed, config=config, device=device,
                         params=params)[0]
-    return {"measured": True, "mae": r.mae, "bias": r.bias, "coverage": r.coverage, "halfwidth": r.halfwidth,
-            "flagged": r.flagged, "silent_misses": r.silent_misses, "n": r.n_test, "n_train": r.n_train,
-            "quantile": quantile, "cut_score": cut, "method": r.method, "k": r.k}
+    return CutFigures(measured=True, mae=r.mae, bias=r.bias, coverage=r.coverage, halfwidth=r.halfwidth,
+                      flagged=r.flagged, silent_misses=r.silent_misses, n=r.n_test, n_train=r.n_train,
+                      quantile=quantile, cut_score=cut, method=r.method, k=r.k)
 
 
 def joint_frontier_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: int, *,
                              quantile: float = FRONTIER_QUANTILE, alpha: float = defaults.DEFAULT_ALPHA,
                              val_frac: float = defaults.DEFAULT_VAL_FRAC, device: str = defaults.DEFAULT_DEVICE,
-                             params: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+                             params: dict[str, Any] | None = None) -> dict[str, CutFigures]:
     """:func:`frontier_selfcheck` for the joint predictor, per output (each benchmark and the mean).
 
     The cut is on the fitting models' *mean* score: ``sparseeval-joint`` (``k`` items per benchmark)
@@ -274,7 +274,7 @@ def joint_frontier_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: in
 def joint_own_cut_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: int, *,
                             quantile: float = FRONTIER_QUANTILE, alpha: float = defaults.DEFAULT_ALPHA,
                             val_frac: float = defaults.DEFAULT_VAL_FRAC, device: str = defaults.DEFAULT_DEVICE,
-                            params: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+                            params: dict[str, Any] | None = None) -> dict[str, CutFigures]:
     """The joint predictor's frontier self-check with each benchmark output cut on *its own* score:
     for every benchmark, ``sparseeval-joint`` refitted and calibrated on the fitting models ``rows`` at
     or below that benchmark's ``quantile`` quantile, and that output scored on the stronger rest, with
@@ -296,7 +296,7 @@ def joint_own_cut_selfcheck(data: JointData, rows: np.ndarray, k: int, seed: int
 
 def _joint_beyond_cut(sub: JointData, cut_scores: np.ndarray, cut_on: str, score: list[str], k: int, seed: int, *,
                       quantile: float, alpha: float, val_frac: float, device: str,
-                      params: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+                      params: dict[str, Any] | None) -> dict[str, CutFigures]:
     """``sparseeval-joint`` fitted and calibrated on ``sub``'s models at or below the ``quantile``
     quantile of ``cut_scores`` (named ``cut_on``: ``mean`` or a benchmark), the outputs ``score``
     scored on the stronger rest as ``predict`` flags them; figures per output."""
@@ -304,7 +304,7 @@ def _joint_beyond_cut(sub: JointData, cut_scores: np.ndarray, cut_on: str, score
     cut, beyond = frontier_cut(cut_scores, quantile)
     of = " of the mean score" if cut_on == MEAN else f" of the {cut_on} score"
     if (unmeasured := too_few_beyond(beyond, quantile, of)) is not None:
-        return {o: {**unmeasured, "cut_on": cut_on} for o in score}
+        return {o: replace(unmeasured, cut_on=cut_on) for o in score}
     split = make_split(sub.models, policy="frontier", val_frac=val_frac, seed=seed, scores=cut_scores,
                        frontier_quantile=quantile)
     fitting, cal_rows = calibration_split(sub.models, split, SELFCHECK_CALIBRATION, seed)
@@ -319,35 +319,21 @@ def _joint_beyond_cut(sub: JointData, cut_scores: np.ndarray, cut_on: str, score
     truth = np.concatenate([sub.S[split.test], sub.S[split.test].mean(axis=1, keepdims=True)], axis=1)
     guarded = carry_overall({name: guarded_predictions(est.output(name), output_calibration(calibration, name), X)
                              for name in outputs}, MEAN)  # as predict flags them
-    return {name: {"measured": True, **interval_figures(guarded[name], truth[:, outputs.index(name)]).as_dict(),
-                   "n_train": len(fitting.train), "quantile": quantile, "cut_on": cut_on, "cut_score": cut,
-                   "method": JOINT_METHOD, "k": k}
+    return {name: CutFigures(measured=True, **interval_figures(guarded[name], truth[:, outputs.index(name)]).as_dict(),
+                             n_train=len(fitting.train), quantile=quantile, cut_on=cut_on, cut_score=cut,
+                             method=JOINT_METHOD, k=k)
             for name in score}
 
 
-def too_few_beyond(beyond: np.ndarray, quantile: float, of: str) -> dict[str, Any] | None:
+def too_few_beyond(beyond: np.ndarray, quantile: float, of: str) -> CutFigures | None:
     """A self-check's figures when fewer than ``MIN_FRONTIER_MODELS`` of its fitting models lie beyond
     the cut (``beyond``: their mask; ``of``: what the cut is on, for the note); None when enough do."""
     n_beyond = int(beyond.sum())
     if n_beyond >= MIN_FRONTIER_MODELS:
         return None
-    return {"measured": False, "n": n_beyond, "quantile": quantile,
-            "note": f"only {n_beyond} of {beyond.size} fitting models above the {quantile:g} quantile{of}: "
-                    f"too few to measure (at least {MIN_FRONTIER_MODELS})"}
-
-
-def frontier_metrics(figures: dict[str, Any]) -> dict[str, float]:
-    """The self-check's :data:`FRONTIER_METRICS` (none when it measured nothing)."""
-    return {name: float(figures[name]) for name in FRONTIER_METRICS} if figures.get("measured") else {}
-
-
-def frontier_fields(figures: dict[str, Any]) -> dict[str, Any]:
-    """The self-check figures as the anchor set's DuckDB columns (``frontier_*``; none when not measured)."""
-    if not figures.get("measured"):
-        return {}
-    return {"frontier_mae": figures["mae"], "frontier_bias": figures["bias"], "frontier_coverage": figures["coverage"],
-            "frontier_flagged": figures["flagged"], "frontier_silent": figures["silent_misses"],
-            "frontier_models": figures["n"]}
+    return CutFigures.too_few(n_beyond, quantile, f"only {n_beyond} of {beyond.size} fitting models above the "
+                                                  f"{quantile:g} quantile{of}: too few to measure (at least "
+                                                  f"{MIN_FRONTIER_MODELS})")
 
 
 def run_protocol(matrix: ResponseMatrix, methods: Iterable[str], ks: Iterable[int], seeds: Iterable[int], *,

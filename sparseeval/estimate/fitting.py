@@ -27,7 +27,6 @@ from sparseeval.estimate.evaluation import (
     joint_own_cut_selfcheck,
     too_few_beyond,
 )
-from sparseeval.estimate.frontier import OWN_CUT
 from sparseeval.estimate.joint_fit import fit_joint, joint_calibration
 from sparseeval.estimate.methods.base import AnchorEstimator
 from sparseeval.estimate.methods.joint import JOINT_METHOD, MEAN, JointData, JointSparseEval, joint_data
@@ -41,6 +40,7 @@ from sparseeval.estimate.predicting import (
 )
 from sparseeval.estimate.probe import KIND, plan_of
 from sparseeval.estimate.probe_fit import fit_plan
+from sparseeval.estimate.selfcheck import CutFigures, SelfCheck
 from sparseeval.estimate.splits import Split, frontier_cut, make_split
 
 #: fraction of the fitting models the estimator may use for early stopping (never calibration)
@@ -49,9 +49,10 @@ VAL_FRAC = defaults.DEFAULT_VAL_FRAC
 
 @dataclass(frozen=True)
 class ProbeSettings:
-    """How a predictor's probe asks (``$SPARSEEVAL_PROBE_*``): its first batch, the batch after it, the cap,
-    the target sampling half-width (score units) and the quantile of the calibration models' predictions
-    from which a model is asked."""
+    """How a predictor's probe asks: its first batch, the batch after it, the cap, the target sampling
+    half-width (score units) and the quantile of the calibration models' predictions from which a model is
+    asked. Declared once as ``probe_*`` in :class:`sparseeval.core.settings.RefreshSettings`
+    (:meth:`of` reads them)."""
 
     first: int = defaults.SETTINGS["probe_items"].default_value
     batch: int = defaults.SETTINGS["probe_batch"].default_value
@@ -62,18 +63,16 @@ class ProbeSettings:
     anchor_head: bool = False
 
     @classmethod
-    def from_environment(cls) -> ProbeSettings | None:
-        """The settings as the environment sets them (None: ``$SPARSEEVAL_PROBE_ITEMS`` is 0, no probe)."""
-        first = defaults.SETTINGS["probe_items"].value()
-        if not first:
+    def of(cls, s: defaults.RefreshSettings) -> ProbeSettings | None:
+        """The probe ``s`` asks for (None: ``probe_items`` is 0, no probe)."""
+        if not s.probe_items:
             return None
-        return cls(first=first, batch=defaults.SETTINGS["probe_batch"].value(),
-                   max_items=defaults.SETTINGS["probe_max"].value(),
-                   target=defaults.SETTINGS["probe_target"].value() / 100,
-                   level_quantile=defaults.SETTINGS["probe_from"].value())
+        return cls(first=s.probe_items, batch=s.probe_batch, max_items=s.probe_max, target=s.probe_target / 100,
+                   level_quantile=s.probe_from)
 
-    def key(self) -> dict[str, Any]:
-        """The settings as a fit key's entries."""
+    def setup(self) -> dict[str, Any]:
+        """The probe as its self-check's setup records it (the figures of another setup are never reused; the
+        spelling is the published predictors', so their content hashes stay what they were)."""
         return {"probe_items": self.first, "probe_batch": self.batch, "probe_max": self.max_items,
                 "probe_target": self.target, "probe_from": self.level_quantile}
 
@@ -114,9 +113,10 @@ def fit_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, benchmar
                             alpha=alpha, models=models, method_params=method_params, settings=settings, probe=probe)
     if frontier_quantile is not None:
         fitting = np.concatenate([split.train, split.val])
-        art.extra["frontier"] = two_stage_selfcheck(matrix, fitting, method, k, seed, quantile=frontier_quantile,
-                                                    alpha=alpha, calibration_frac=calibration_frac, device=device,
-                                                    params=method_params, probe=probe)
+        measured = two_stage_selfcheck(matrix, fitting, method, k, seed, quantile=frontier_quantile, alpha=alpha,
+                                       calibration_frac=calibration_frac, device=device, params=method_params,
+                                       probe=probe)
+        art.extra["frontier"] = holding_for(art, SelfCheck.of_benchmark(benchmark, measured), probe).to_json()
     return art
 
 
@@ -145,6 +145,16 @@ def attach_probe(art: PredictorArtifact, matrix: ResponseMatrix, split: Split, p
         art.extra["probe_note"] = f"fitted without a probe: {exc}"
 
 
+def holding_for(art: PredictorArtifact, selfcheck: SelfCheck, probe: ProbeSettings | None) -> SelfCheck:
+    """The self-check figures that hold for ``art`` as saved, on every path (``fit``, the refresh): the two
+    stages' when it carries the probe plan it was asked for (or none was asked), else the anchors-alone figures
+    of the same fit with why it has no probe; a predictor is never gated on, nor published with, the figures of
+    a probe it does not carry."""
+    if probe is None or plan_of(art.extra) is not None:
+        return selfcheck
+    return selfcheck.without_probe(str(art.extra.get("probe_note", "fitted without a probe")))
+
+
 def probe_plan(art: PredictorArtifact, matrix: ResponseMatrix, split: Split, probe: ProbeSettings, *, seed: int,
                alpha: float) -> dict[str, Any]:
     """The probe plan of a fitted single-benchmark predictor (:func:`sparseeval.estimate.probe_fit.fit_plan`): its pass
@@ -170,19 +180,17 @@ def probe_plan(art: PredictorArtifact, matrix: ResponseMatrix, split: Split, pro
 def two_stage_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k: int, seed: int, *,
                         quantile: float, alpha: float, calibration_frac: float = defaults.DEFAULT_CALIBRATION_FRAC,
                         device: str = defaults.DEFAULT_DEVICE, params: dict[str, Any] | None = None,
-                        probe: ProbeSettings | None = None) -> dict[str, Any]:
+                        probe: ProbeSettings | None = None) -> CutFigures:
     """How the predictor fares on models stronger than every model it learned from, as a user gets it:
     fitted (anchors, calibration, probe plan) as ``fit`` fits it, on the fitting models ``rows`` at or below
     their ``quantile`` quantile of the score, and the stronger rest predicted by ``predict``, each model the
     anchors place at the top answering its probe batch by batch as ``next`` asks (:func:`follow_probe`).
     The candidate's held-out models are never touched, so the figures gate publication without leaking them.
 
-    Returns plain JSON (stored in DuckDB, logged to MLflow, published in ``predictor.json``): ``mae``,
-    ``bias`` (points), ``coverage``, ``halfwidth``, ``flagged``, ``silent_misses`` (shares), ``n``, ``probed``
-    (the share estimated by the probe), ``probe_items_mean``/``_max``, ``measured``, the cut, and
-    ``anchors_alone``: the same predictor's figures on the same models from their anchors only. With fewer
-    than ``MIN_FRONTIER_MODELS`` stronger models only ``measured: False``, ``n`` and a ``note``; where the
-    inner predictor could fit no probe, the anchors-alone figures with ``probe_note`` saying why."""
+    Returns the figures (:class:`~sparseeval.estimate.selfcheck.CutFigures`): the two stages', with
+    ``anchors_alone`` the same predictor's on the same models from their anchors only. With fewer than
+    ``MIN_FRONTIER_MODELS`` stronger models not measured, with a note; where the inner predictor could fit no
+    probe, the anchors-alone figures with ``probe_note`` saying why."""
     sub = matrix.take_models(np.asarray(rows, dtype=np.int64))
     cut, beyond = frontier_cut(sub.scores, quantile)
     if (unmeasured := too_few_beyond(beyond, quantile, "")) is not None:
@@ -196,24 +204,24 @@ def two_stage_selfcheck(matrix: ResponseMatrix, rows: np.ndarray, method: str, k
     names, truth = [sub.models[i] for i in stronger], sub.scores[stronger].astype(np.float64)
     X = sub.with_nan_at(stronger, inner.estimator.anchors_)
     alone = prediction_figures(_predict_matrix(inner, names, X), truth)
-    out: dict[str, Any] = {"measured": True, "n_train": int(split.train.size), "quantile": quantile,
-                           "cut_score": float(cut),
-                           "method": method, "k": k}
+    cut_at = {"n_train": int(split.train.size), "quantile": quantile, "cut_score": float(cut), "method": method,
+              "k": k}
     plan = plan_of(inner.extra)
     if plan is None:
         note = inner.extra.get("probe_note")
-        return {**out, **alone, **({"probe_note": note} if note else {})}
+        return CutFigures.measured_as(alone, **cut_at, probe_note=str(note) if note else None)
     column = {item: j for j, item in enumerate(sub.items)}
     pool = sub.with_nan_at(stronger, np.array([column[i] for i in plan.items]))
     both = prediction_figures(follow_probe(inner, names, X, pool), truth)
-    return {**out, **both, "probe_items": plan.first, "probe_target": plan.target, "anchors_alone": alone}
+    return CutFigures.measured_as(both, **cut_at, probe_items=plan.first, probe_target=plan.target,
+                                  anchors_alone=alone)
 
 
 def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator, *,
                       alpha: float = defaults.DEFAULT_ALPHA, seed: int = defaults.DEFAULT_SEED,
                       models: pl.DataFrame | None = None,
                       settings: dict[str, Any] | None = None,
-                      frontier: dict[str, Any] | None = None) -> PredictorArtifact:
+                      frontier: SelfCheck | None = None) -> PredictorArtifact:
     """Calibrate an estimator fitted on ``split.train`` (+ ``split.val``) on the held-out
     ``split.test`` models and wrap it as an unsaved artifact.
 
@@ -235,8 +243,8 @@ def artifact_from_fit(matrix: ResponseMatrix, split: Split, est: AnchorEstimator
     calibration["split_seed"] = seed
     train_models = _train_summary([matrix.models[i] for i in fit_rows], s[fit_rows], models)
     extra: dict[str, Any] = {"settings": settings} if settings else {}
-    if frontier:
-        extra["frontier"] = frontier
+    if frontier is not None:
+        extra["frontier"] = frontier.to_json()
     # the order to ask the anchors in (training models only) and the conformal quantile per prefix
     extra["adaptive"] = adaptive_info(est, X_train, s[split.train], calibration)
     return PredictorArtifact(estimator=est, benchmark=matrix.benchmark, item_ids=matrix.items,
@@ -257,7 +265,7 @@ def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval,
                             alpha: float = defaults.DEFAULT_ALPHA, seed: int = defaults.DEFAULT_SEED,
                             models: pl.DataFrame | None = None,
                             settings: dict[str, dict[str, Any]] | None = None,
-                            frontier: dict[str, Any] | None = None) -> PredictorArtifact:
+                            frontier: SelfCheck | None = None) -> PredictorArtifact:
     """Calibrate a joint estimator fitted on ``split.train`` (+ ``split.val``) on the held-out
     ``split.test`` models, per output (every benchmark and the mean), and wrap it as an unsaved
     artifact whose benchmark is ``sparseeval-joint``. ``settings``: per benchmark, as for
@@ -284,8 +292,8 @@ def joint_artifact_from_fit(data: JointData, split: Split, est: JointSparseEval,
                              "adaptive": order | {"target_output": MEAN}}
     if settings:
         extra["settings"] = settings
-    if frontier:
-        extra["frontier"] = frontier
+    if frontier is not None:
+        extra["frontier"] = frontier.to_json()
     return PredictorArtifact(estimator=est, benchmark=JOINT_METHOD, item_ids=list(data.columns),
                              anchors=build_anchors(est, JOINT_METHOD, list(data.columns)),
                              calibration=calibration, train_models=train_models,
@@ -313,7 +321,7 @@ def fit_joint_predictor(responses: pl.DataFrame, scores: pl.DataFrame | None, be
     if frontier_quantile is not None:
         rows = np.concatenate([split.train, split.val])
         cut = {"quantile": frontier_quantile, "alpha": alpha, "device": device, "params": method_params}
-        frontier = {"outputs": joint_frontier_selfcheck(data, rows, k, seed, **cut),
-                    OWN_CUT: joint_own_cut_selfcheck(data, rows, k, seed, **cut)}
+        frontier = SelfCheck(joint_frontier_selfcheck(data, rows, k, seed, **cut), joint=True,
+                             own_cut=joint_own_cut_selfcheck(data, rows, k, seed, **cut))
     return joint_artifact_from_fit(data, split, est, alpha=alpha, seed=seed, models=models, settings=settings,
                                    frontier=frontier)

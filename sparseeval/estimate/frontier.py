@@ -32,7 +32,6 @@ import numpy as np
 
 from sparseeval.estimate import calibration as cal
 from sparseeval.estimate.methods.base import AnchorEstimator
-from sparseeval.estimate.methods.joint import MEAN
 
 STRONGER = "stronger than every training model"
 WEAKER = "weaker than every training model"
@@ -54,8 +53,6 @@ DOWNWARD = (WEAKER, ALL_WRONG)
 OPEN_UPWARD = (STRONGER, ALL_RIGHT)
 #: how a joint predictor's benchmark output says a reason is its mean output's (:func:`carry_overall`)
 ON_THE_MEAN = "judged on the mean of its benchmarks"
-#: where a joint predictor's self-check keeps each benchmark output's figures with the cut on its own score
-OWN_CUT = "own_cut"
 
 
 def _pct(x: float) -> str:
@@ -120,135 +117,6 @@ def ceiling_note(guard: dict[str, Any] | None) -> str | None:
             + ": too common to flag, so a stronger model that does so is predicted at the top of the training "
             "range with no flag; more anchors (-k) give headroom, and `sparseeval evaluate --split frontier` "
             "measures the cost")
-
-
-def selfcheck_note(figures: dict[str, Any] | None, benchmark: str, n_upward: int,
-                   own_cut: dict[str, Any] | None = None) -> str | None:
-    """What a person reading ``n_upward`` predictions that may lie above the training range should know:
-    how the predictor's method fared on models stronger than those it learned from, measured on its own
-    fitting models (the frontier self-check a published predictor carries, ``predictor.json``'s
-    ``extra.frontier``: the method refitted below a score cut of them, scored above it). None when no
-    such prediction was made or nothing was measured.
-
-    Why: a flag says *that* a number may be off and in which direction; the self-check says *by how much*
-    the same method, anchors chosen the same way, was off on stronger models it had not seen, which is the
-    error bar the flagged model's one-sided interval cannot give. A joint predictor's figures say what
-    the cut was on (``cut_on``): the models' mean score over its benchmarks; ``own_cut``, a benchmark
-    output's figures with the cut on its own score, are said in the same note."""
-    if n_upward <= 0 or not figures or not figures.get("measured"):
-        return None
-    q = float(figures["quantile"])  # every measured self-check records its cut
-    by = " (by their mean score over its benchmarks)" if figures.get("cut_on") == MEAN else ""
-    note = (f"{n_upward} {benchmark} prediction(s) may lie above the training range: refitted on the weakest "
-            f"{100 * q:.0f} % of its own fitting models{by}, this predictor's method was off by "
-            f"{float(figures['mae']):.1f} points on average on the strongest {100 * (1 - q):.0f} % "
-            f"({_figures_in_short(figures)}), and {100 * float(figures['silent_misses']):.0f} % of them fell "
-            "outside their interval unflagged")
-    if own_cut and own_cut.get("measured"):
-        note += (f"; cut on their {own_cut.get('cut_on', benchmark)} score instead, off by "
-                 f"{float(own_cut['mae']):.1f} points ({_figures_in_short(own_cut)}), "
-                 f"{100 * float(own_cut['silent_misses']):.0f} % outside unflagged")
-    return note
-
-
-def _figures_in_short(figures: dict[str, Any]) -> str:
-    bias = float(figures["bias"])
-    return f"{figures['n']} models; bias {bias:+.1f}: {'too low' if bias < 0 else 'too high'}"
-
-
-def selfcheck_outputs(frontier: dict[str, Any] | None, name: str) -> dict[str, dict[str, Any]]:
-    """A stored frontier self-check per output: a joint predictor's as stored (``outputs``, the cut on
-    the mean score), a benchmark's flat figures under its own ``name``; empty when there is none."""
-    if not frontier:
-        return {}
-    return frontier.get("outputs") or {name: frontier}
-
-
-def own_cut_outputs(frontier: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """A joint predictor's stored self-check per benchmark output with the cut on that benchmark's own
-    score (:data:`OWN_CUT`); empty for a benchmark's predictor or one measured before it existed."""
-    return dict((frontier or {}).get(OWN_CUT) or {})
-
-
-def misses_silently(figures: dict[str, Any], silent_max: float) -> bool:
-    """Whether a self-check that measured (``measured`` not False) saw more silent misses than
-    ``silent_max`` (the publishing check's bar; a share that is not a number fails it too): what refuses
-    publication, and what ``fit`` and ``predict`` warn of."""
-    return figures.get("measured") is not False and not float(figures["silent_misses"]) <= silent_max
-
-
-def own_cut_label(benchmark: str) -> str:
-    """How the publishing check and the refresh name a joint benchmark output's own-score cut."""
-    return f"{benchmark}, cut on its own score"
-
-
-def gated_figures(frontier: dict[str, Any] | None, name: str) -> dict[str, dict[str, Any]]:
-    """Every set of a stored self-check's figures the publishing check gates on, by label: a benchmark's
-    under its ``name``; a joint predictor's each output's with the cut on the mean score (under the
-    output's name), then each benchmark output's with the cut on its own score (:func:`own_cut_label`)."""
-    return {**selfcheck_outputs(frontier, name),
-            **{own_cut_label(b): f for b, f in own_cut_outputs(frontier).items()}}
-
-
-@dataclass(frozen=True)
-class FailedCut:
-    """A stored frontier self-check that missed more than the bar silently: above ``cut`` (on the
-    prediction of ``scored_by``), the predictions of ``output`` may be too low with no flag."""
-
-    output: str
-    scored_by: str  #: the output whose prediction is compared with the cut (``mean`` for a joint's mean cut)
-    cut: float
-    warning: str
-
-
-def failed_cuts(frontier: dict[str, Any] | None, name: str, silent_max: float) -> list[FailedCut]:
-    """The self-check figures of a predictor (``name``: its benchmark) whose silent misses exceed
-    ``silent_max``, as warnings for the predictions above their cut.
-
-    Why: the pipeline never publishes such a predictor, but ``sparseeval fit`` saves what it is asked
-    to, and a flag cannot catch these misses (they are silent by definition: the anchors answer like
-    the training models' top). What the self-check does know is the score above which its method
-    failed; a prediction above it is exactly where a stronger model would land, too low (mmlu on the
-    shared data: 45.6 % of the models above 67.0 missed silently, bias -8.3 points)."""
-    sets = [(o, f.get("cut_on") or o, f) for o, f in selfcheck_outputs(frontier, name).items()]
-    sets += [(b, b, f) for b, f in own_cut_outputs(frontier).items()]
-    out = []
-    for output, scored_by, f in sets:
-        if not misses_silently(f, silent_max) or "cut_score" not in f:  # self-checks before round 6: no cut kept
-            continue
-        cut = float(f["cut_score"])
-        on = " on the mean of its benchmarks" if scored_by == MEAN and output != MEAN else ""
-        out.append(FailedCut(output, scored_by, cut, (
-            f"predicted above {_pct(cut)}{on}, where this predictor's frontier self-check missed "
-            f"{_pct(float(f['silent_misses']))} % of its stronger fitting models silently (MAE "
-            f"{float(f['mae']):.1f} points, bias {float(f['bias']):+.1f}): this prediction may be too low, "
-            "with no flag")))
-    return out
-
-
-def selfcheck_lines(frontier: dict[str, Any] | None, name: str, silent_max: float) -> list[str]:
-    """What ``fit`` says of the frontier self-check it ran: one line per set of figures, then a warning
-    naming those whose silent misses exceed ``silent_max`` (the pipeline's bar: it would not publish
-    such a predictor), with where the predictions stop being trustworthy (the cut's score)."""
-    lines, failed = [], []
-    for label, f in gated_figures(frontier, name).items():
-        if not f.get("measured"):
-            lines.append(f"frontier self-check, {label}: {f.get('note', 'not measured')}")
-            continue
-        q = float(f["quantile"])
-        lines.append(f"frontier self-check, {label}: refitted on the weakest {100 * q:.0f} % of the fitting models, "
-                     f"on the {f['n']} stronger ones MAE {float(f['mae']):.2f} points, bias {float(f['bias']):+.2f}, "
-                     f"coverage {float(f['coverage']):.3f}, flagged {_pct(float(f['flagged']))} %, missed silently "
-                     f"{_pct(float(f['silent_misses']))} %")
-        if misses_silently(f, silent_max):
-            failed.append(f"{label} ({_pct(float(f['silent_misses']))} % above a score of "
-                          f"{_pct(float(f['cut_score']))})")
-    if failed:
-        lines.append(f"warning: missed silently more than {_pct(silent_max)} % of the models stronger than its "
-                     f"fitting models: {'; '.join(failed)}. A prediction above that score may be too low with no "
-                     "flag, and the pipeline's frontier_misses_flagged check would not publish this predictor "
-                     "(more anchors, another method, or `sparseeval evaluate --split frontier` to compare)")
-    return lines
 
 
 def direction(why: tuple[str, ...]) -> int:

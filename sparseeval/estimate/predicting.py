@@ -27,7 +27,6 @@ from sparseeval.estimate.frontier import (
     Guarded,
     carry_overall,
     direction,
-    failed_cuts,
     guarded_predictions,
     interval_figures,
 )
@@ -45,6 +44,7 @@ from sparseeval.estimate.probe import (
     probe_state,
     routed,
 )
+from sparseeval.estimate.selfcheck import PredictionFigures, SelfCheck
 
 #: the bar of the frontier self-check's warning above a failed cut: the setting's default at most, so a bar
 #: raised to publish such a predictor knowingly never hides the cut it failed from those who use it
@@ -262,7 +262,8 @@ def _predict_matrix(artifact: PredictorArtifact, models: list[str], X: np.ndarra
     plan = None if artifact.is_joint else plan_of(artifact.extra)
     states = probe_states(plan, models, X, pool_answers, guarded[artifact.benchmark]) if plan else None
     bar = min(defaults.SETTINGS["frontier_silent_max"].value(), DEFAULT_SILENT_MAX)
-    failed = failed_cuts(artifact.extra.get("frontier"), artifact.benchmark, bar)
+    selfcheck = SelfCheck.of_predictor(artifact.extra, artifact.benchmark)
+    failed = [] if selfcheck is None else selfcheck.failed_cuts(bar)
     older = older_probe(artifact.extra)
     per_output = []
     for name, g in guarded.items():
@@ -428,16 +429,16 @@ def open_for_extrapolation(lower: float, upper: float, pa: Prediction,
     return lower, upper, tuple(sides)
 
 
-def prediction_figures(preds: list[Prediction], truth: np.ndarray) -> dict[str, Any]:
+def prediction_figures(preds: list[Prediction], truth: np.ndarray) -> PredictionFigures:
     """:func:`sparseeval.estimate.frontier.interval_figures` of ``predict``'s predictions against the true scores
     ``truth`` (same order), plus the second stage's share and items: ``probed`` (the share whose number
     came from the probe), ``probe_items_mean`` / ``probe_items_max`` (over those)."""
     g = Guarded(np.array([p.predicted for p in preds]), np.zeros(len(preds)), np.array([p.lower for p in preds]),
                 np.array([p.upper for p in preds]), np.zeros(len(preds)), [p.ood_reasons for p in preds])
     used = [p.probe_items for p in preds if p.stage == STAGE_PROBE]
-    return {**interval_figures(g, truth).as_dict(), "probed": len(used) / len(preds) if preds else 0.0,
-            "probe_items_mean": float(np.mean(used)) if used else 0.0,
-            "probe_items_max": int(max(used)) if used else 0}
+    return PredictionFigures(**interval_figures(g, truth).as_dict(), probed=len(used) / len(preds) if preds else 0.0,
+                             probe_items_mean=float(np.mean(used)) if used else 0.0,
+                             probe_items_max=int(max(used)) if used else 0)
 
 
 def follow_probe(artifact: PredictorArtifact, models: list[str], X: np.ndarray, pool: np.ndarray) -> list[Prediction]:

@@ -22,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from sparseeval.core import setting_kinds
 from sparseeval.core import settings as defaults
 from sparseeval.core.errors import UsageError
 
@@ -159,7 +160,7 @@ def frontier_cut(scores: np.ndarray, quantile: float, *, low: bool = False) -> t
     """(cut score, mask of the models beyond it): above the ``quantile`` quantile of ``scores``
     (below the ``1 - quantile`` one when ``low``). Ties at the cut stay on the training side."""
     try:
-        defaults.cut_quantile(quantile)  # the one definition of a valid cut, shared with the setting
+        setting_kinds.cut_quantile(quantile)  # the one definition of a valid cut, shared with the setting
     except ValueError:
         raise UsageError(f"frontier quantile must be in [0.5, 1), got {quantile}") from None
     scores = np.asarray(scores, dtype=np.float64)

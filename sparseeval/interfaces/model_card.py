@@ -10,12 +10,13 @@ shows them; the body says how to use the predictor from the Hub, start to finish
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from sparseeval.estimate.artifact import PredictorArtifact
-from sparseeval.estimate.frontier import own_cut_outputs
 from sparseeval.estimate.methods.joint import MEAN
 from sparseeval.estimate.probe import ProbePlan, plan_of
+from sparseeval.estimate.selfcheck import CutFigures, SelfCheck
 
 #: a data licence as the Hub's model-card ``license`` field names it
 HUB_LICENCES = {"cc-by-nc-sa-4.0": "cc-by-nc-sa-4.0", "cc by-nc-sa 4.0": "cc-by-nc-sa-4.0",
@@ -87,9 +88,9 @@ def model_card(art: PredictorArtifact, repo: str = "ORG/REPO") -> str:
               "| output | MAE (points) | mean interval half-width (points) |", "|---|---|---|"]
     lines += [f"| {name} | {c.get('calibration_mae_points', float('nan')):.2f} | "
               f"{c.get('mean_halfwidth_points', float('nan')):.2f} |" for name, c in _accuracy_rows(art)]
-    frontier = art.extra.get("frontier")
-    if isinstance(frontier, dict) and frontier:
-        lines += ["", "## Frontier", "", *_frontier_rows(frontier)]
+    selfcheck = SelfCheck.of_predictor(art.extra, art.benchmark)
+    if selfcheck is not None:
+        lines += ["", "## Frontier", "", *_frontier_rows(selfcheck)]
     if (plan := None if art.is_joint else plan_of(art.extra)) is not None:
         lines += ["", "## Probe (the second stage)", "", _probe_paragraph(plan, repo)]
     lines += ["", "## Licence", "",
@@ -116,31 +117,32 @@ def _probe_paragraph(plan: ProbePlan, repo: str) -> str:
             "lm-eval.")
 
 
-def _frontier_rows(frontier: dict[str, Any]) -> list[str]:
+def _frontier_rows(selfcheck: SelfCheck) -> list[str]:
     """The frontier self-check as a table: figure by value, or (a joint predictor's) output by figure,
     one table per cut (the mean score's, then each benchmark output's own score's)."""
-    outputs = frontier.get("outputs")
-    if not isinstance(outputs, dict):
+    if not selfcheck.joint:
+        figures = selfcheck.figures
         rows = ["| figure | value |", "|---|---|",
-                *(f"| {k} | {v} |" for k, v in frontier.items() if not isinstance(v, dict))]
-        if alone := frontier.get("anchors_alone"):
+                *(f"| {k} | {v} |" for k, v in selfcheck.to_json().items() if not isinstance(v, dict))]
+        if (alone := figures.anchors_alone) is not None:
             rows = ["Measured with the two stages: each stronger model the anchors place at the top answers its probe "
                     "as `sparseeval next` asks; from the anchors alone: "
-                    + ", ".join(f"{k} {v:.4g}" for k, v in alone.items() if isinstance(v, float)) + ".", "", *rows]
+                    + ", ".join(f"{k} {v:.4g}" for k, v in alone.to_json().items() if isinstance(v, float)) + ".", "",
+                    *rows]
         return rows
-    cut = next(iter(outputs.values()), {}).get("quantile")
+    cut = next(iter(selfcheck.outputs.values())).quantile
     rows = [f"Refitted on its fitting models at or below the {cut} quantile of their mean score, scored on the "
-            "stronger rest:", "", *_figure_table(outputs)]
-    if own := own_cut_outputs(frontier):
+            "stronger rest:", "", *_figure_table(selfcheck.outputs)]
+    if selfcheck.own_cut:
         rows += ["", f"Each benchmark output refitted on the fitting models at or below the {cut} quantile of that "
-                     "benchmark's own score, scored on the stronger rest:", "", *_figure_table(own)]
+                     "benchmark's own score, scored on the stronger rest:", "", *_figure_table(selfcheck.own_cut)]
     return rows
 
 
-def _figure_table(figures: dict[str, dict[str, Any]]) -> list[str]:
+def _figure_table(figures: Mapping[str, CutFigures]) -> list[str]:
     names = ["mae", "bias", "coverage", "flagged", "silent_misses", "n"]
-    rows = [f"| {o} | " + " | ".join([_cell(f[n]) for n in names] if f.get("measured") else
-                                     [str(f.get("note", "not measured")), *[""] * (len(names) - 1)]) + " |"
+    rows = [f"| {o} | " + " | ".join([_cell(getattr(f, n)) for n in names] if f.measured else
+                                     [f.note or "not measured", *[""] * (len(names) - 1)]) + " |"
             for o, f in figures.items()]
     return ["| output | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|", *rows]
 

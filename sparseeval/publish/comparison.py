@@ -8,7 +8,7 @@ is what tells a maintainer which method to publish; it is the refresh's most exp
   :func:`compare_methods` is a separate call from :func:`sparseeval.publish.refresh_policy.refresh_benchmark`;
 * it is **due** (:func:`comparison_due`) when the benchmark was never compared under the current
   comparison settings, or when the models added since the last comparison are at least
-  ``new_share`` of the benchmark (``$SPARSEEVAL_COMPARE_NEW_SHARE``, default 10 %): a day's few dozen
+  ``compare_new_share`` of the benchmark (``$SPARSEEVAL_COMPARE_NEW_SHARE``, default 10 %): a day's few dozen
   models on a leaderboard of thousands cannot change which method wins, and the comparison of the
   day before still stands;
 * otherwise it is **deferred** to its own weekly schedule, which compares every benchmark whose
@@ -31,57 +31,18 @@ from typing import Any
 
 import polars as pl
 
-from sparseeval.core import settings as defaults
+from sparseeval.core.settings import COMPARISON, RefreshSettings
 from sparseeval.data.access.sources import model_dates
 from sparseeval.data.matrix import ResponseMatrix
 from sparseeval.data.names import slug
-from sparseeval.data.store import Store
+from sparseeval.data.store import Store, StoredComparison
 from sparseeval.estimate.artifact import load_predictor
 from sparseeval.estimate.budget import ComparisonPlan, comparison_plan
 from sparseeval.estimate.evaluation import ProtocolConfig, results_frame, run_protocol, summarize
 from sparseeval.publish.refresh import comparison_key
-from sparseeval.publish.refresh_policy import Log
+from sparseeval.publish.refresh_outcome import Log
 from sparseeval.publish.report import plot_mae_vs_k
 from sparseeval.publish.tracking import TrackingConfig, log_comparison, tracked_run
-
-
-@dataclass(frozen=True)
-class ComparisonSettings:
-    """What the comparison runs (methods, Ks, seeds, split) and when it is due (``new_share``)."""
-
-    methods: tuple[str, ...] = defaults.SETTINGS["compare_methods"].default_value
-    ks: tuple[int, ...] = defaults.SETTINGS["compare_ks"].default_value
-    seeds: int = defaults.SETTINGS["compare_seeds"].default_value
-    seed: int = defaults.DEFAULT_SEED
-    split_policy: str = defaults.DEFAULT_SPLIT_POLICY
-    val_frac: float = defaults.DEFAULT_VAL_FRAC
-    test_frac: float = defaults.DEFAULT_TEST_FRAC
-    device: str = defaults.DEFAULT_DEVICE
-    #: seconds the comparison may take (0: no budget): it decides which cells run, so it is in the key
-    budget_s: float = defaults.SETTINGS["compare_budget_s"].default_value
-    #: share of new models since the last comparison that makes a new one due (else: the weekly schedule)
-    new_share: float = defaults.SETTINGS["compare_new_share"].default_value
-
-    @classmethod
-    def from_environment(cls) -> ComparisonSettings:
-        """The settings as ``$SPARSEEVAL_*`` (or their defaults) say (a bad value is refused naming its variable)."""
-        value = {name: defaults.SETTINGS[name].value() for name in ("compare_methods", "compare_ks", "compare_seeds",
-                                                                    "seed", "device", "compare_budget_s",
-                                                                    "compare_new_share")}
-        return cls(methods=value["compare_methods"], ks=value["compare_ks"], seeds=value["compare_seeds"],
-                   seed=value["seed"], device=value["device"], budget_s=value["compare_budget_s"],
-                   new_share=value["compare_new_share"])
-
-    def key_settings(self) -> dict[str, Any]:
-        """Every setting that changes the comparison's result (its key; the budget decides which of its
-        cells run); ``new_share`` only changes when it runs."""
-        return {"methods": list(self.methods), "ks": list(self.ks), "seeds": self.seeds, "seed": self.seed,
-                "split_policy": self.split_policy, "val_frac": self.val_frac, "test_frac": self.test_frac,
-                "budget_s": self.budget_s}
-
-    def protocol(self) -> ProtocolConfig:
-        return ProtocolConfig(split_policy=self.split_policy, val_frac=self.val_frac,  # type: ignore[arg-type]
-                              test_frac=self.test_frac)
 
 
 @dataclass(frozen=True)
@@ -94,12 +55,12 @@ class ComparisonDue:
     reason: str
 
 
-def comparison_due(store: Store, benchmark: str, settings: ComparisonSettings, *, version: str | None = None,
+def comparison_due(store: Store, benchmark: str, settings: RefreshSettings, *, version: str | None = None,
                    scheduled: bool = False) -> ComparisonDue:
     """Whether ``benchmark``'s comparison is due now (see the module docstring); ``scheduled``: asked by
     the comparison's own schedule, which compares whatever is not compared yet."""
     version = version or store.data_version(benchmark)
-    key = comparison_key(version, settings.key_settings())
+    key = comparison_key(version, settings.key_settings(COMPARISON))
     if store.evaluation_count(benchmark, run_key=key):
         return ComparisonDue(benchmark, False, key, f"up to date: compared already at data version {version}")
     if scheduled:
@@ -108,30 +69,27 @@ def comparison_due(store: Store, benchmark: str, settings: ComparisonSettings, *
     if last is None:
         return ComparisonDue(benchmark, True, key, "never compared under the current comparison settings")
     now = store.scored_model_count(benchmark)
-    new = max(0, now - last["models"])
+    new = max(0, now - last.models)
     share = new / now if now else 0.0
-    if share >= settings.new_share:
+    if share >= settings.compare_new_share:
         return ComparisonDue(benchmark, True, key, f"{new} new models since the comparison at data version "
-                                                   f"{last['data_version']} ({share:.1%} >= {settings.new_share:.0%})")
+                                                   f"{last.data_version} ({share:.1%} >= "
+                                                   f"{settings.compare_new_share:.0%})")
     return ComparisonDue(benchmark, False, key,
                          f"deferred to the weekly comparison schedule: {new} new models since the comparison at "
-                         f"data version {last['data_version']} ({share:.1%} < {settings.new_share:.0%}); "
+                         f"data version {last.data_version} ({share:.1%} < {settings.compare_new_share:.0%}); "
                          f"that comparison stands")
 
 
-def last_comparison(store: Store, benchmark: str, settings: ComparisonSettings) -> dict[str, Any] | None:
+def last_comparison(store: Store, benchmark: str, settings: RefreshSettings) -> StoredComparison | None:
     """The latest comparison of ``benchmark`` under ``settings`` (any data version): its data version
     and how many models it had; None when there is none."""
-    frame = store.query("SELECT data_version, run_key, max(n_train + n_val + n_test) AS models, max(created_at) "
-                        "AS compared_at FROM evaluations WHERE benchmark = $b AND run_key IS NOT NULL GROUP BY ALL "
-                        "ORDER BY compared_at DESC", {"b": benchmark})
-    for row in frame.iter_rows(named=True):
-        if row["data_version"] and row["run_key"] == comparison_key(row["data_version"], settings.key_settings()):
-            return {"data_version": row["data_version"], "models": int(row["models"] or 0)}
-    return None
+    wanted = settings.key_settings(COMPARISON)
+    return next((c for c in store.stored_comparisons(benchmark)
+                 if c.run_key == comparison_key(c.data_version, wanted)), None)
 
 
-def comparisons_due(store: Store, settings: ComparisonSettings, *, scheduled: bool = False,
+def comparisons_due(store: Store, settings: RefreshSettings, *, scheduled: bool = False,
                     skip: Sequence[str] = ()) -> dict[str, ComparisonDue]:
     """:func:`comparison_due` of every benchmark of the store (but ``skip``), the due ones only."""
     out = {}
@@ -161,7 +119,7 @@ class ComparisonResult:
     plot_png: bytes | None = None
 
 
-def compare_methods(matrix: ResponseMatrix, store: Store, tracking: TrackingConfig, settings: ComparisonSettings,
+def compare_methods(matrix: ResponseMatrix, store: Store, tracking: TrackingConfig, settings: RefreshSettings,
                     *, log: Log | None = None, run_tags: Mapping[str, str] | None = None) -> ComparisonResult:
     """Compare the methods on ``matrix`` (identical splits and seeds), cut to the time budget
     (:func:`sparseeval.estimate.budget.comparison_plan`, said when reduced); rows into DuckDB under the
@@ -169,15 +127,16 @@ def compare_methods(matrix: ResponseMatrix, store: Store, tracking: TrackingConf
     log = log or logging.getLogger("sparseeval.publish.comparison")
     bench = matrix.benchmark
     version = matrix.data_version or store.data_version(bench)
-    key = comparison_key(version, settings.key_settings())
+    key = comparison_key(version, settings.key_settings(COMPARISON))
     done = store.evaluation_count(bench, run_key=key)
     if done:
         message = (f"comparison skipped: {done} rows already stored for its key {key[:12]} (data version "
                    f"{version})")
         log.info("%s: %s", bench, message)
         return ComparisonResult(bench, "skipped", key, version, message)
-    plan = comparison_plan(*matrix.shape, list(settings.methods), list(settings.ks),
-                           list(range(settings.seed, settings.seed + settings.seeds)), budget_s=settings.budget_s)
+    plan = comparison_plan(*matrix.shape, list(settings.compare_methods), list(settings.compare_ks),
+                           list(range(settings.seed, settings.seed + settings.compare_seeds)),
+                           budget_s=settings.compare_budget_s)
     if plan.reduced:
         log.warning("%s: comparison reduced to fit its budget: %s", bench, plan.describe())
     ks, seeds = list(plan.ks), list(plan.seeds)
@@ -191,11 +150,11 @@ def compare_methods(matrix: ResponseMatrix, store: Store, tracking: TrackingConf
     dates = model_dates(store.model_metadata(), matrix.models) if settings.split_policy == "date" else None
     tags = dict(run_tags or {})
     with tracked_run(tracking, "evaluation", benchmark=bench,
-                     params={"methods": ",".join(settings.methods), "ks": ",".join(map(str, ks)),
+                     params={"methods": ",".join(settings.compare_methods), "ks": ",".join(map(str, ks)),
                              "seeds": len(seeds), "split": settings.split_policy, "data_version": version},
                      tags={**tags, "data_version": version}) as run:
         run.log_matrix(matrix, source=store.path, digest=version)
-        results = run_protocol(matrix, list(plan.methods), ks, seeds, config=settings.protocol(),
+        results = run_protocol(matrix, list(plan.methods), ks, seeds, config=ProtocolConfig.of(settings),
                                device=settings.device, dates=dates, fitted=fitted,
                                progress=lambda r: log.info("%s %s k=%d seed=%d: MAE %.2f tau %.3f", r.benchmark,
                                                            r.method, r.k, r.seed, r.mae, r.tau))

@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparseeval.core.settings import SETTINGS
+from sparseeval.core.settings import JOINT, SETTINGS, RefreshSettings
 from sparseeval.estimate.artifact import FORMAT_VERSION
-from sparseeval.estimate.frontier import misses_silently
+from sparseeval.estimate.selfcheck import CutFigures
 
 #: the checks a proposal must pass before it may be published, and what each asks
 PUBLISH_CHECKS: dict[str, str] = {
@@ -66,6 +66,13 @@ def fit_key(data_version: str, settings: Mapping[str, Any]) -> str:
     """The fit key of a refresh: data version, every fit setting, the predictor format version."""
     return _digest({"data_version": data_version, "settings": dict(settings), "format_version": FORMAT_VERSION,
                     "decision_version": DECISION_VERSION})
+
+
+def joint_key_settings(s: RefreshSettings, benchmarks: Sequence[str] | None = None) -> dict[str, Any]:
+    """The joint predictor's fit key settings: its declared ones (:meth:`RefreshSettings.key_settings`) and,
+    once chosen, its benchmarks; the one place the refresh and the sensor compute it."""
+    out = s.key_settings(JOINT)
+    return out if benchmarks is None else {**out, "benchmarks": list(benchmarks)}
 
 
 def comparison_key(data_version: str, settings: Mapping[str, Any]) -> str:
@@ -117,19 +124,23 @@ class Check:
     passed: bool
     metadata: dict[str, Any]
 
+    @property
+    def override(self) -> str | None:
+        """How to publish knowingly what this check refused (None: nothing to say)."""
+        hint = self.metadata.get("to_publish_anyway")
+        return str(hint) if hint else None
+
 
 def publishing_checks(*, mae: Mapping[str, float], baseline: Mapping[str, float], mean_guess: Mapping[str, float],
                       coverage: Mapping[str, float | None], nominal: float, tolerance: float,
                       items: Sequence[str], expected_k: int, known_items: set[str],
-                      frontier: Mapping[str, Mapping[str, Any]] | None = None,
+                      frontier: Mapping[str, CutFigures] | None = None,
                       frontier_silent_max: float = FRONTIER_SILENT_MAX) -> list[Check]:
     """The checks of :data:`PUBLISH_CHECKS` over every output (one benchmark, or each benchmark and the
     mean of a joint predictor). ``mean_guess``: the held-out MAE of guessing the training mean. A
     coverage of None (too few held-out models to measure) does not fail the check but says so.
-    ``frontier``: per output, the frontier self-check's figures (``silent_misses``, ``mae``, ``bias``,
-    ``coverage``, ``flagged``, ``n``; :func:`sparseeval.estimate.evaluation.frontier_selfcheck`, or for a joint
-    predictor :func:`sparseeval.estimate.evaluation.joint_frontier_selfcheck`); None when it was not run, which
-    passes with a note saying so."""
+    ``frontier``: per output, the frontier self-check's figures (:meth:`SelfCheck.gated`); None when it was
+    not run, which passes with a note saying so."""
     outputs = list(mae)
     worse = [o for o in outputs if mae[o] > baseline[o]]
     unskilled = [o for o in outputs if not mae[o] <= (1.0 - MIN_SKILL) * mean_guess[o]]
@@ -158,27 +169,27 @@ def publishing_checks(*, mae: Mapping[str, float], baseline: Mapping[str, float]
     ]
 
 
-def frontier_check(frontier: Mapping[str, Mapping[str, Any]] | None, silent_max: float) -> Check:
+def frontier_check(frontier: Mapping[str, CutFigures] | None, silent_max: float) -> Check:
     """``frontier_misses_flagged``: every output's frontier silent-miss share at most ``silent_max``; the
     message carries the numbers (share silent, MAE, bias, coverage, share flagged, models)."""
     name = "frontier_misses_flagged"
     if frontier is None:
         return Check(name, True, {"silent_max": silent_max, "note": "not measured: no frontier self-check ran "
                                                                     "for this predictor"})
-    unmeasured = {o: f.get("note", "not measured") for o, f in frontier.items() if f.get("measured") is False}
-    frontier = {o: f for o, f in frontier.items() if o not in unmeasured}
-    if not frontier:
+    unmeasured = {o: f.note or "not measured" for o, f in frontier.items() if not f.measured}
+    measured = {o: f for o, f in frontier.items() if f.measured}
+    if not measured:
         return Check(name, True, {"silent_max": silent_max, "note": "; ".join(f"{o}: {n}" for o, n in
                                                                              unmeasured.items())})
-    silent = [o for o, f in frontier.items() if misses_silently(f, silent_max)]
-    figures = {o: {key: (round(float(v), 4) if isinstance(v, float) else v) for key, v in f.items()}
-               for o, f in frontier.items()}
+    silent = [o for o, f in measured.items() if f.misses_silently(silent_max)]
+    figures = {o: {key: (round(float(v), 4) if isinstance(v, float) else v) for key, v in f.to_json().items()}
+               for o, f in measured.items()}
     message = "; ".join(
-        f"{o}: {100 * float(f['silent_misses']):.1f} % of {f['n']} stronger models missed silently "
-        f"(max {100 * silent_max:g} %), MAE {float(f['mae']):.2f} points, bias {float(f['bias']):+.2f}, "
-        f"coverage {float(f['coverage']):.3f}, flagged {100 * float(f['flagged']):.1f} %{_with_probe(f)}"
-        for o, f in frontier.items())
-    one = len(frontier) == 1
+        f"{o}: {100 * float(f.silent_misses or 0):.1f} % of {f.n} stronger models missed silently "
+        f"(max {100 * silent_max:g} %), MAE {float(f.mae or 0):.2f} points, bias {float(f.bias or 0):+.2f}, "
+        f"coverage {float(f.coverage or 0):.3f}, flagged {100 * float(f.flagged or 0):.1f} %{_with_probe(f)}"
+        for o, f in measured.items())
+    one = len(measured) == 1
     return Check(name, not silent, {"silent_max": silent_max, "message": message,
                                     **({"to_publish_anyway": FRONTIER_OVERRIDE} if silent else {}),
                                     "figures": next(iter(figures.values())) if one else figures,
@@ -187,16 +198,16 @@ def frontier_check(frontier: Mapping[str, Mapping[str, Any]] | None, silent_max:
                                        if unmeasured else {})})
 
 
-def _with_probe(figures: Mapping[str, Any]) -> str:
+def _with_probe(figures: CutFigures) -> str:
     """How a self-check measured with the two stages says so in the check's message (the figures assume a
     model the anchors place at the top answered its probe as ``next`` asks; from its anchors alone they are
     these)."""
-    alone = figures.get("anchors_alone")
-    if not alone:
+    alone = figures.anchors_alone
+    if alone is None:
         return ""
-    return (f", {100 * float(figures['probed']):.0f} % of them estimated by their probe "
-            f"({float(figures['probe_items_mean']):.0f} items on average; from the anchors alone "
-            f"{100 * float(alone['silent_misses']):.1f} % missed silently, MAE {float(alone['mae']):.2f})")
+    return (f", {100 * float(figures.probed or 0):.0f} % of them estimated by their probe "
+            f"({float(figures.probe_items_mean or 0):.0f} items on average; from the anchors alone "
+            f"{100 * alone.silent_misses:.1f} % missed silently, MAE {alone.mae:.2f})")
 
 
 def checks_json(checks: Sequence[Check]) -> str:

@@ -25,9 +25,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparseeval.data.readers.hub import RESULTS_PATTERNS, task_patterns
+
+if TYPE_CHECKING:
+    from sparseeval.data.store import Store
 
 PREFIX = "hf://datasets/"
 #: files the readers use: aggregate results, lm-eval samples, leaderboard v1 details
@@ -171,7 +174,7 @@ def _write_ref(repo_cache: Path, revision: str, sha: str) -> None:
 class HubFetcher:
     """Refresh Hub sources into a store through the real ``huggingface_hub`` client."""
 
-    def __init__(self, store: Any, cache_dir: str | Path | None = None,
+    def __init__(self, store: Store, cache_dir: str | Path | None = None,
                  log: Callable[[str], None] = lambda _m: None, tasks: Sequence[str] = ()) -> None:
         from huggingface_hub import HfApi
 

@@ -36,7 +36,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,7 +44,10 @@ from sparseeval.core.atomic import atomic_write_text
 from sparseeval.core.errors import UserError
 from sparseeval.data.matrix import EmptyMatrixError, ResponseMatrix, append_models, build_matrix
 from sparseeval.data.names import slug
-from sparseeval.data.store.connection import pid_alive
+from sparseeval.data.store.locking import pid_alive
+
+if TYPE_CHECKING:
+    from sparseeval.data.store import Store
 
 FORMAT = "sparseeval-matrix"
 FORMAT_VERSION = 1
@@ -86,7 +89,7 @@ class MatrixStore:
         self.folder = Path(folder)
 
     @classmethod
-    def beside(cls, store: Any) -> MatrixStore:
+    def beside(cls, store: Store) -> MatrixStore:
         """The matrix store of ``store``: ``<db stem>.matrices`` next to its DuckDB file (like its snapshot)."""
         path = Path(store.path)
         return cls(path.with_name(path.name.removesuffix(".duckdb") + ".matrices"))
@@ -155,7 +158,7 @@ class MatrixStore:
 
     # --- writing ------------------------------------------------------------------------------------
 
-    def update(self, store: Any, benchmark: str, *, incremental: bool = True) -> MatrixUpdate:
+    def update(self, store: Store, benchmark: str, *, incremental: bool = True) -> MatrixUpdate:
         """``benchmark``'s matrix as the store holds it now: the stored one when the data version is
         unchanged, else the stored one with the new models appended when that is exact, else rebuilt
         from every row. Read in one state of the store (:meth:`~sparseeval.data.store.Store.pinned`)."""
@@ -186,7 +189,7 @@ class MatrixStore:
         matrix = self._write(benchmark, version, max_run, "rebuilt", lambda alloc: built)
         return MatrixUpdate(matrix, "rebuilt", why or "", len(built.models), time.perf_counter() - t0)
 
-    def _no_append(self, store: Any, benchmark: str, found: tuple[Path, dict[str, Any]] | None,
+    def _no_append(self, store: Store, benchmark: str, found: tuple[Path, dict[str, Any]] | None,
                    version: str) -> str | None:
         """Why the stored matrix cannot simply be appended to (None when it can)."""
         if found is None:

@@ -11,11 +11,14 @@ import contextlib
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from sparseeval.data.readers.base import InputError, ParsedResults
+
+if TYPE_CHECKING:
+    from sparseeval.data.store import Store
 
 
 class DataSource:
@@ -25,7 +28,7 @@ class DataSource:
     eager frame: :meth:`long` returns LazyFrames over the store that ``build_matrix`` streams.
     """
 
-    def __init__(self, store: Any, files: list[Path]) -> None:
+    def __init__(self, store: Store, files: list[Path]) -> None:
         self.store = store
         self.files = files
 

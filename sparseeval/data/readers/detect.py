@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from sparseeval.data.readers.base import InputError, ParsedResults, PartNote
+from sparseeval.data.readers.files import LFS_REASON, is_lfs_pointer, parse_date_id
 from sparseeval.data.readers.lighteval import (
     DETAILS_RE,
     details_layout,
@@ -28,18 +29,10 @@ from sparseeval.data.readers.lighteval import (
     read_lighteval_results,
     results_format,
 )
-from sparseeval.data.readers.lm_eval import (
-    _RESULTS_RE,
-    _SAMPLES_RE,
-    LFS_REASON,
-    _old_layout_task,
-    is_lfs_pointer,
-    is_lm_eval_results,
-    is_v2_samples,
-    parse_date_id,
-    read_lm_eval,
-    sniff_samples,
-)
+from sparseeval.data.readers.lm_eval import read_lm_eval
+from sparseeval.data.readers.lm_eval_collect import _old_layout_task, is_v2_samples
+from sparseeval.data.readers.lm_eval_results import _RESULTS_RE, is_lm_eval_results
+from sparseeval.data.readers.lm_eval_samples import _SAMPLES_RE, sniff_samples
 
 #: format families returned by :func:`detect_format` (``ParsedResults.format`` holds the exact layout)
 FORMATS = ("lm-eval", "lighteval-details", "lighteval-results", "leaderboard-details-v1",

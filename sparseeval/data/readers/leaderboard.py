@@ -22,7 +22,8 @@ from sparseeval.data.readers.lighteval import (
     read_lighteval_results,
     scores_from_results,
 )
-from sparseeval.data.readers.lm_eval import is_v2_samples, read_lm_eval
+from sparseeval.data.readers.lm_eval import read_lm_eval
+from sparseeval.data.readers.lm_eval_collect import is_v2_samples
 
 __all__ = ["is_leaderboard_results", "leaderboard_task", "read_details_file", "read_details_v1",
            "read_details_v2", "read_leaderboard_results", "scores_from_results"]

@@ -31,20 +31,17 @@ from typing import Any
 import polars as pl
 
 from sparseeval.data.benchmarks import MMLU_SUBJECTS
-from sparseeval.data.readers.base import MODELS_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError, ParsedResults, PartNote
-from sparseeval.data.readers.lm_eval import (
-    LFS_REASON,
-    build_parsed,
-    is_lfs_pointer,
-    model_from_folder,
-    parse_date_id,
-    pick_metric,
-    read_json,
-    refuse_empty,
-    safe_task_benchmark,
-    settings_frame,
-    to_float_score,
+from sparseeval.data.readers.assemble import build_parsed, refuse_empty, settings_frame
+from sparseeval.data.readers.base import (
+    MODELS_SCHEMA,
+    SCORES_SCHEMA,
+    SETTINGS_SCHEMA,
+    InputError,
+    ParsedResults,
+    PartNote,
 )
+from sparseeval.data.readers.files import LFS_REASON, is_lfs_pointer, model_from_folder, parse_date_id, read_json
+from sparseeval.data.readers.metric_choice import pick_metric, safe_task_benchmark, to_float_score
 
 HARNESS = "lighteval"
 DETAILS_RE = re.compile(r"^details_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T[0-9\-.:]+)\.parquet$")

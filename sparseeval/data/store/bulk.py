@@ -25,9 +25,9 @@ from sparseeval.data.interchange import ArrowView
 from sparseeval.data.readers.base import RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError, ParsedResults
 from sparseeval.data.readers.detect import detect_format
 from sparseeval.data.readers.long import long_format, read_long_file
-from sparseeval.data.store.connection import _run
-from sparseeval.data.tasks import task_benchmark
 from sparseeval.data.readers.validation import BAD_ID_CHARS, MAX_ID_LENGTH, validate_results
+from sparseeval.data.store.transactions import _run
+from sparseeval.data.tasks import task_benchmark
 
 _BAD_ID = re.compile(BAD_ID_CHARS)
 

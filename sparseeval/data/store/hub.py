@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sparseeval.data.store.connection import Connections, _now, _run, _transaction
+from sparseeval.data.store.connection import Connections
+from sparseeval.data.store.transactions import _now, _run, _transaction
 
 
 class HubRecords(Connections):

@@ -32,10 +32,12 @@ import duckdb
 
 from sparseeval.data.readers.base import SETTINGS_SCHEMA, InputError, ParsedResults, PartNote
 from sparseeval.data.readers.detect import discover, read_source
-from sparseeval.data.store.bulk import _STAGED, _stage_frames, bulk_long
-from sparseeval.data.store.connection import Connections, PublishInterrupted, StoreError, _is_interrupt, _now, _run
-from sparseeval.data.store.pinning import pinned, remove_stale_pins
 from sparseeval.data.readers.validation import validate_results
+from sparseeval.data.store.bulk import _STAGED, _stage_frames, bulk_long
+from sparseeval.data.store.connection import Connections
+from sparseeval.data.store.errors import PublishInterrupted, StoreError
+from sparseeval.data.store.pinning import pinned, remove_stale_pins
+from sparseeval.data.store.transactions import _is_interrupt, _now, _run
 
 log = logging.getLogger(__name__)
 

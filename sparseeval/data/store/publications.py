@@ -10,21 +10,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sparseeval.data.store.connection import Connections, _now, _run, _transaction
+import duckdb
+
+from sparseeval.data.store.connection import Connections
 from sparseeval.data.store.results import promote, set_role
+from sparseeval.data.store.transactions import _now, _run, _transaction
 
 #: publication steps, in order; ``done`` and ``abandoned`` end one
 STEPS = ("intent", "registered", "swapped", "done")
 OPEN_STEPS = ("intent", "registered", "swapped")
 
 
-def _decide(con: Any, benchmark: str, fit_key: str, data_version: str | None, outcome: str,
-            anchor_set_id: int | None, reason: str) -> None:
+def _decide(con: duckdb.DuckDBPyConnection, benchmark: str, fit_key: str, data_version: str | None,
+            outcome: str, anchor_set_id: int | None, reason: str) -> None:
     _run(con, "INSERT INTO fit_decisions VALUES (?, ?, ?, ?, ?, ?, ?)",
          [benchmark, fit_key, data_version, outcome, anchor_set_id, reason, _now()])
 
 
-def _retire_pending(con: Any, benchmark: str, keep: Sequence[int], reason: str) -> list[int]:
+def _retire_pending(con: duckdb.DuckDBPyConnection, benchmark: str, keep: Sequence[int],
+                    reason: str) -> list[int]:
     """Inside a transaction: abandon ``benchmark``'s publications still at ``intent`` and retire the
     candidate or proposed sets not in ``keep`` (a newer refresh decided: they are stale)."""
     rows = _run(con, "SELECT publication_id, anchor_set_id FROM publications WHERE benchmark = ? AND step = 'intent'",

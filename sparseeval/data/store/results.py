@@ -7,10 +7,12 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import duckdb
 import polars as pl
 
 from sparseeval.data.lifecycle import TERMINAL, check_transition
-from sparseeval.data.store.connection import Connections, _now, _run, _transaction
+from sparseeval.data.store.connection import Connections
+from sparseeval.data.store.transactions import _now, _run, _transaction
 
 #: lifecycle fields of ``anchor_sets`` that :meth:`ResultWriters.update_anchor_set` may change
 ANCHOR_SET_FIELDS = ("role", "reason", "origin", "data_version", "test_mae", "baseline_mae", "coverage",
@@ -19,7 +21,7 @@ ANCHOR_SET_FIELDS = ("role", "reason", "origin", "data_version", "test_mae", "ba
                      "frontier_silent", "frontier_models")
 
 
-def set_role(con: Any, anchor_set_id: int, role: str, reason: str | None = None) -> str:
+def set_role(con: duckdb.DuckDBPyConnection, anchor_set_id: int, role: str, reason: str | None = None) -> str:
     """Change one anchor set's role inside the caller's transaction, as the state table allows
     (:func:`sparseeval.data.lifecycle.check_transition`), and append the change to ``role_changes``.
     Returns the old role; the same role again changes nothing and appends nothing."""
@@ -35,7 +37,7 @@ def set_role(con: Any, anchor_set_id: int, role: str, reason: str | None = None)
     return str(old)
 
 
-def _update(con: Any, anchor_set_id: int, fields: Mapping[str, Any]) -> None:
+def _update(con: duckdb.DuckDBPyConnection, anchor_set_id: int, fields: Mapping[str, Any]) -> None:
     unknown = sorted(set(fields) - set(ANCHOR_SET_FIELDS))
     if unknown:
         raise ValueError(f"unknown anchor set field(s): {', '.join(unknown)}")
@@ -255,7 +257,8 @@ def _warnings(row: Mapping[str, Any]) -> str | None:
     return " | ".join(warnings) or None
 
 
-def promote(con: Any, benchmark: str, anchor_set_id: int, role: str, **fields: Any) -> int | None:
+def promote(con: duckdb.DuckDBPyConnection, benchmark: str, anchor_set_id: int, role: str,
+            **fields: Any) -> int | None:
     """Inside the caller's transaction: ``anchor_set_id`` becomes ``role`` (champion or challenger) of
     ``benchmark``; the set holding that role before is retired (its id is returned)."""
     old = _run(con, "SELECT anchor_set_id FROM anchor_sets WHERE benchmark = ? AND role = ?", [benchmark, role])

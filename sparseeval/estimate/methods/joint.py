@@ -23,6 +23,10 @@ that multi-output target:
 other estimator. Columns of the joint matrix are the benchmarks' item pools side by side; ``groups``
 says which benchmark each column belongs to. :func:`joint_data` builds that matrix from
 per-benchmark :class:`~sparseeval.data.matrix.ResponseMatrix` objects (models that have every benchmark).
+
+The module holds the estimator; the joint matrix is built in :mod:`.joint_matrix` and the multi-output
+selection steps live in :mod:`.joint_selection` (both re-exported here, where the rest of the library
+imports them from).
 """
 
 from __future__ import annotations
@@ -31,225 +35,32 @@ import hashlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from sparseeval.core.errors import UsageError
 from sparseeval.data.benchmarks import JOINT_NAME
-from sparseeval.data.matrix import ResponseMatrix
 from sparseeval.estimate.methods.base import AnchorEstimator, column_means, impute, register
 from sparseeval.estimate.methods.device import resolve_device, thread_limit
 from sparseeval.estimate.methods.inference import as_array, logit, mlp_logits, mlp_weights, sigmoid
+from sparseeval.estimate.methods.joint_matrix import JOINT_SEP, JointData, common_models, joint_data, restrict_models
+from sparseeval.estimate.methods.joint_selection import even_shares, forward_order, refine_joint, ridge_gcv_multi
 from sparseeval.estimate.methods.sparseeval_method import RIDGE_ALPHAS, _internal_val
 
 if TYPE_CHECKING:
     import torch
 
+#: the estimator's own names, and the joint matrix's and selection's, which importers take from here
+__all__ = ["JOINT_METHOD", "JOINT_SEP", "MEAN", "JointData", "JointOutput", "JointSparseEval", "common_models",
+           "even_shares", "forward_order", "joint_data", "refine_joint", "restrict_models", "ridge_gcv_multi"]
+
 log = logging.getLogger(__name__)
 
-#: separator of benchmark and item id in the joint matrix's column keys (``arc::17``)
-JOINT_SEP = "::"
 #: the method name, also the name of the mean-score output and of the joint predictor's registry entry
 JOINT_METHOD = JOINT_NAME
 MEAN = "mean"
 #: predictions remembered by :meth:`JointSparseEval.predict_mean` (every prefix of a long anchor order)
 PREDICT_CACHE_SIZE = 1024
-
-
-# ------------------------------------------------------------------------------------------------
-# The joint matrix
-# ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class JointData:
-    """Several benchmarks' results side by side for the models that have all of them.
-
-    ``Y`` (models x all items, NaN = not observed), ``S`` (models x benchmarks) the scores,
-    ``groups[j]`` the benchmark index of column ``j``, ``columns[j]`` its key ``bench::item``.
-    """
-
-    benchmarks: list[str]
-    models: list[str]
-    columns: list[str]
-    groups: np.ndarray
-    Y: np.ndarray
-    S: np.ndarray
-
-    def take(self, rows: np.ndarray) -> JointData:
-        rows = np.asarray(rows)
-        return JointData(self.benchmarks, [self.models[r] for r in rows], self.columns, self.groups,
-                         self.Y[rows], self.S[rows])
-
-    def item_ids(self, b: int) -> list[str]:
-        return [c.split(JOINT_SEP, 1)[1] for c, g in zip(self.columns, self.groups, strict=True) if g == b]
-
-
-def common_models(matrices: Sequence[ResponseMatrix]) -> list[str]:
-    """Models present (with a score) in every matrix, sorted."""
-    if not matrices:
-        raise UsageError("need at least one benchmark")
-    common = set(matrices[0].models)
-    for m in matrices[1:]:
-        common &= set(m.models)
-    if len(common) < 3:
-        raise UsageError(f"only {len(common)} model(s) have every benchmark "
-                         f"({', '.join(m.benchmark for m in matrices)}); a joint fit needs at least 3")
-    return sorted(common)
-
-
-def restrict_models(matrix: ResponseMatrix, models: Sequence[str]) -> ResponseMatrix:
-    """``matrix`` with exactly ``models`` as rows, in that order (each must be present)."""
-    index = {m: i for i, m in enumerate(matrix.models)}
-    return matrix.take_models(np.array([index[m] for m in models], dtype=np.int64))
-
-
-def joint_data(matrices: Sequence[ResponseMatrix]) -> JointData:
-    """The joint matrix of ``matrices`` over the models that have every benchmark."""
-    models = common_models(matrices)
-    parts = [restrict_models(m, models) for m in matrices]
-    benches = [m.benchmark for m in parts]
-    if len(set(benches)) != len(benches):
-        raise UsageError(f"benchmarks repeat: {benches}")
-    Y = np.concatenate([p.with_nan() for p in parts], axis=1).astype(np.float32)
-    S = np.stack([p.scores for p in parts], axis=1).astype(np.float32)
-    groups = np.concatenate([np.full(len(p.items), b, dtype=np.int64) for b, p in enumerate(parts)])
-    columns = [f"{p.benchmark}{JOINT_SEP}{item}" for p in parts for item in p.items]
-    return JointData(benches, models, columns, groups, Y, S)
-
-
-# ------------------------------------------------------------------------------------------------
-# Multi-output selection
-# ------------------------------------------------------------------------------------------------
-def ridge_gcv_multi(gram: torch.Tensor, xty: torch.Tensor, yty: torch.Tensor, n: int, sets: torch.Tensor,
-                    weights: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
-    """Weighted sum over outputs of ridge GCV errors for many anchor sets, from one Gram matrix.
-
-    ``gram`` (U, U) and ``xty`` (U, B) over a pool U of centred items, ``yty`` (B,) the centred
-    targets' sums of squares; ``sets`` (S, K) index the pool. All outputs share the hat matrix (same
-    inputs), so the degrees of freedom are computed once per set.
-    """
-    k = sets.shape[-1]
-    G = gram[sets.unsqueeze(-1), sets.unsqueeze(-2)]  # (S, K, K)
-    b = xty[sets]  # (S, K, B)
-    import torch
-
-    eye = torch.eye(k, dtype=gram.dtype, device=gram.device)
-    chol = torch.linalg.cholesky(G + alpha * eye)
-    w = torch.cholesky_solve(b, chol)  # (S, K, B)
-    rss = yty - 2 * (w * b).sum(-2) + (w * (G @ w)).sum(-2)  # (S, B)
-    inv = torch.cholesky_inverse(chol)
-    dof = k - alpha * inv.diagonal(dim1=-2, dim2=-1).sum(-1) + 1.0  # (S,)
-    gcv = (rss / n) / (1.0 - dof / n).clamp_min(1e-6).unsqueeze(-1) ** 2
-    return (gcv * weights).sum(-1)
-
-
-def refine_joint(Y: np.ndarray, S: np.ndarray, anchors: np.ndarray, weights: np.ndarray, *, max_steps: int,
-                 n_weak: int = 8, n_cand: int = 32, alpha: float = 1.0,
-                 device: torch.device | None = None) -> tuple[np.ndarray, float, list[dict[str, Any]]]:
-    """SparseEval refinement with a multi-output target (see the module docstring).
-
-    Returns the anchors, the final weighted GCV criterion and one record per accepted swap.
-    """
-    import torch
-
-    device = device or torch.device("cpu")
-    dtype = torch.float64 if device.type == "cpu" else torch.float32
-    Yt = torch.as_tensor(Y, dtype=dtype, device=device)
-    St = torch.as_tensor(S, dtype=dtype, device=device)
-    Yc = Yt - Yt.mean(0, keepdim=True)
-    Sc = St - St.mean(0, keepdim=True)
-    yty = (Sc * Sc).sum(0)
-    n = Yt.shape[0]
-    w = torch.as_tensor(weights, dtype=dtype, device=device)
-    sqrt_w = w.sqrt()
-    std = Yt.std(0)
-    col_norm = Yc.norm(dim=0).clamp_min(1e-9)
-    anchors = np.array(anchors, dtype=np.int64)
-    k, n_items = anchors.size, Y.shape[1]
-
-    def criterion(pool: np.ndarray, local_sets: np.ndarray) -> torch.Tensor:
-        Xu = Yc[:, torch.as_tensor(pool, device=device)]
-        return ridge_gcv_multi(Xu.T @ Xu, Xu.T @ Sc, yty, n, torch.as_tensor(local_sets, device=device), w, alpha)
-
-    current = float(criterion(anchors, np.arange(k)[None, :])[0])
-    history: list[dict[str, Any]] = []
-    steps = 0
-    while steps < max_steps:
-        steps += 1
-        idx = torch.as_tensor(anchors, device=device)
-        X = Yc[:, idx]
-        gram = X.T @ X + alpha * torch.eye(k, dtype=dtype, device=device)
-        coef = torch.linalg.solve(gram, X.T @ Sc)  # (K, B)
-        resid = X @ coef - Sc  # (n, B)
-        ais = ((coef ** 2) * w).sum(-1).sqrt() * std[idx]
-        cis = ((Yc.T @ resid) * sqrt_w).norm(dim=-1) / col_norm
-        cis[idx] = -1.0
-        weak = np.argsort(ais.cpu().numpy(), kind="stable")[: min(n_weak, k)]
-        n_c = min(n_cand, n_items - k)
-        if n_c < 1:
-            break
-        cands = torch.topk(cis, n_c).indices.cpu().numpy()
-        pool = np.concatenate([anchors, cands])
-        local = np.repeat(np.arange(k)[None, :], weak.size * n_c, axis=0)
-        positions = np.repeat(weak, n_c)
-        local[np.arange(local.shape[0]), positions] = k + np.tile(np.arange(n_c), weak.size)
-        losses = criterion(pool, local)
-        best = int(torch.argmin(losses))
-        best_loss = float(losses[best])
-        if not best_loss < current * (1 - 1e-6):
-            break
-        pos = int(positions[best])
-        added = int(pool[local[best, pos]])
-        history.append({"step": steps, "position": pos, "removed": int(anchors[pos]), "added": added,
-                        "criterion": best_loss})
-        anchors = anchors.copy()
-        anchors[pos] = added
-        current = best_loss
-    return anchors, current, history
-
-
-def even_shares(k: int, sizes: Sequence[int]) -> list[int]:
-    """``k`` items spread as evenly as possible over groups of ``sizes`` items (none over its size)."""
-    if k > sum(sizes):
-        raise UsageError(f"k={k} exceeds the {sum(sizes)} items of all benchmarks together")
-    shares = [0] * len(sizes)
-    left = k
-    while left:
-        open_ = [g for g, s in enumerate(sizes) if shares[g] < s]
-        for g in open_[:left] if left < len(open_) else open_:
-            shares[g] += 1
-            left -= 1
-    return shares
-
-
-def forward_order(Y: np.ndarray, S: np.ndarray, weights: np.ndarray | None = None, *, alpha: float = 1.0,
-                  device: torch.device | None = None) -> np.ndarray:
-    """Greedy forward order of the columns of ``Y``: each next column is the one that most lowers the
-    (weighted multi-output) ridge GCV error of the prefix. Used for adaptive anchors: the first
-    ``p`` of the order are the ``p`` anchors worth asking first."""
-    import torch
-
-    device = device or torch.device("cpu")
-    dtype = torch.float64 if device.type == "cpu" else torch.float32
-    S = np.asarray(S, dtype=np.float64)
-    S = S[:, None] if S.ndim == 1 else S
-    Yt = torch.as_tensor(np.asarray(Y, dtype=np.float64), dtype=dtype, device=device)
-    St = torch.as_tensor(S, dtype=dtype, device=device)
-    Yc = Yt - Yt.mean(0, keepdim=True)
-    Sc = St - St.mean(0, keepdim=True)
-    gram, xty, yty = Yc.T @ Yc, Yc.T @ Sc, (Sc * Sc).sum(0)
-    w = torch.as_tensor(np.ones(S.shape[1]) if weights is None else weights, dtype=dtype, device=device)
-    k = Y.shape[1]
-    order: list[int] = []
-    rest = list(range(k))
-    while rest:
-        sets = torch.as_tensor([[*order, j] for j in rest], device=device)
-        losses = ridge_gcv_multi(gram, xty, yty, Y.shape[0], sets, w, alpha)
-        j = rest[int(torch.argmin(losses))]
-        order.append(j)
-        rest.remove(j)
-    return np.asarray(order, dtype=np.int64)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,11 +9,11 @@ benchmark present) is checked by the command, with the argument's name in its me
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sparseeval.core import settings
+from sparseeval.core import setting_kinds, settings
 from sparseeval.core.errors import UsageError
 
 T = TypeVar("T", int, float)
@@ -33,13 +33,13 @@ def _checked(text: str, cast: Callable[[str], T], ok: Callable[[T], bool] | None
 
 def positive_int(text: str) -> int:
     """A count that must be at least 1 (K, a batch, a number of seeds): the bound the settings use
-    (:func:`sparseeval.core.settings.positive_int`), refused as a parser refuses."""
-    return _checked(text, settings.positive_int, None, "a positive integer")
+    (:func:`sparseeval.core.setting_kinds.positive_int`), refused as a parser refuses."""
+    return _checked(text, setting_kinds.positive_int, None, "a positive integer")
 
 
 def non_negative_int(text: str) -> int:
     """A count that may be 0 (0: the thing it counts is off), as the settings bound one."""
-    return _checked(text, settings.non_negative_int, None, "an integer >= 0")
+    return _checked(text, setting_kinds.non_negative_int, None, "an integer >= 0")
 
 
 def seed(text: str) -> int:
@@ -49,13 +49,52 @@ def seed(text: str) -> int:
 
 def open_fraction(text: str) -> float:
     """A share of the models or a miscoverage level: strictly between 0 and 1 (0 or 1 leaves a side empty),
-    as the settings bound one (:func:`sparseeval.core.settings.open_unit`)."""
-    return _checked(text, settings.open_unit, None, "a number strictly between 0 and 1")
+    as the settings bound one (:func:`sparseeval.core.setting_kinds.open_unit`)."""
+    return _checked(text, setting_kinds.open_unit, None, "a number strictly between 0 and 1")
 
 
 def non_negative(text: str) -> float:
     """Seconds or points: 0 or more (NaN is not)."""
     return _checked(text, float, lambda v: v >= 0, "a number >= 0")
+
+
+def setting_type(name: str) -> Callable[[str], Any]:
+    """The parser of refresh setting ``name``'s option: its declared type
+    (:class:`sparseeval.core.settings.RefreshSettings`), refused as a parser refuses."""
+    kind = settings.kind_of(settings.RefreshSettings.model_fields[name])
+
+    def parse(text: str) -> Any:
+        try:
+            return settings.RefreshSettings.check(name, text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+
+    parse.__name__ = name  # argparse names the type in some messages
+    return parse
+
+
+def setting_flags(name: str) -> list[str]:
+    """The options that set refresh setting ``name`` (declared, else ``--name-with-dashes``)."""
+    return settings.meta(settings.RefreshSettings.model_fields[name]).get("flags") or ["--" + name.replace("_", "-")]
+
+
+def add_setting_arguments(parser: argparse.ArgumentParser, *names: str, helps: Mapping[str, str] | None = None,
+                          types: Mapping[str, Callable[[str], Any]] | None = None) -> None:
+    """One option per declared refresh setting in ``names``, all of it from the declaration: its flags, its
+    type, its meaning (``helps``: what this command says instead) and the variable it overrides. Unset
+    options stay None, so :func:`settings_from` takes the environment's value for them, as the refresh does."""
+    for name in names:
+        field = settings.RefreshSettings.model_fields[name]
+        flags = setting_flags(name)
+        text = ((helps or {}).get(name) or field.description or "").replace("%", "%%")
+        parser.add_argument(*flags, dest=name, type=(types or {}).get(name) or setting_type(name), default=None,
+                            metavar=name.rsplit("_", 1)[-1].upper(), help=f"{text}; {settings.overrides(name)}")
+
+
+def settings_from(args: argparse.Namespace, *names: str) -> settings.RefreshSettings:
+    """The refresh settings the options ``names`` set, each unset one from its variable (or its default)."""
+    return settings.RefreshSettings.from_environment(
+        **{name: getattr(args, name) for name in names if getattr(args, name, None) is not None})
 
 
 def existing_path(text: str) -> Path:

@@ -17,25 +17,24 @@ from typing import Any
 
 import polars as pl
 
-from sparseeval.core import settings
+from sparseeval.core import setting_kinds, settings
 from sparseeval.core.errors import UsageError
 from sparseeval.data.access.sources import open_data
 from sparseeval.data.benchmarks import DEFAULT_SETTINGS, canonical_benchmark, default_n_shot, same_metric
 from sparseeval.data.readers.base import InputError
 from sparseeval.estimate.fitting import ProbeSettings, fit_joint_predictor, fit_predictor
-from sparseeval.estimate.frontier import ceiling_note, selfcheck_lines
+from sparseeval.estimate.frontier import ceiling_note
 from sparseeval.estimate.methods.joint import JOINT_METHOD
 from sparseeval.estimate.probe import ProbePlan, plan_of
+from sparseeval.estimate.selfcheck import SelfCheck
 from sparseeval.interfaces.commands.arguments import (
     add_benchmark_argument,
+    add_setting_arguments,
     check_k_below_items,
-    device,
     existing_path,
-    non_negative,
-    non_negative_int,
     open_fraction,
-    positive_int,
-    seed,
+    setting_flags,
+    settings_from,
 )
 from sparseeval.interfaces.commands.export import RUN_DIR
 from sparseeval.interfaces.progress import progress_bar
@@ -68,12 +67,12 @@ def training_settings(benchmark: str, recorded: dict[str, Any]) -> dict[str, Any
             "from": "the benchmark's name (the data records no settings)"}
 
 
-def frontier_quantile(text: str) -> float | None:
+def frontier_quantile(text: str) -> float | str:
     """``--frontier-quantile``: a cut in [0.5, 1), or ``off`` (no self-check)."""
     if text.strip().lower() == "off":
-        return None
+        return "off"
     try:
-        return settings.cut_quantile(float(text))
+        return setting_kinds.cut_quantile(float(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"a quantile in [0.5, 1) or 'off', got {text!r}") from None
 
@@ -91,26 +90,32 @@ def check_one_metric(benchmark: str, metrics: dict[str | None, int], data: Path)
                                "a predictor learns one score: keep the runs of one metric")
 
 
-def probe_settings(args: argparse.Namespace, joint: bool) -> ProbeSettings | None:
-    """The probe as the options set it, each unset option from its ``$SPARSEEVAL_PROBE_*`` variable (as the
-    refresh reads them); None for ``--probe 0`` and for a joint predictor (which has no probe)."""
-    given = [o for o in ("probe", "probe_from", "probe_batch", "probe_max", "probe_target")
-             if getattr(args, o) is not None]
-    if joint:
-        if given:
-            raise UsageError(f"--{given[0].replace('_', '-')} is for single-benchmark predictors; "
-                             f"--method {JOINT_METHOD} has no probe")
-        return None
-    env = ProbeSettings.from_environment()
-    first = args.probe if args.probe is not None else (env.first if env else 0)
-    if not first:
-        if given and given != ["probe"]:
-            raise UsageError(f"--{given[-1].replace('_', '-')} sets how the probe asks: it needs --probe N (N >= 1)")
-        return None
-    env = env or ProbeSettings()
-    return ProbeSettings(first=first, batch=args.probe_batch or env.batch, max_items=args.probe_max or env.max_items,
-                         target=env.target if args.probe_target is None else args.probe_target / 100,
-                         level_quantile=env.level_quantile if args.probe_from is None else args.probe_from)
+#: the declared settings (:class:`sparseeval.core.settings.RefreshSettings`) fit takes as options
+SETTING_OPTIONS = ("k", "method", "alpha", "seed", "device", "frontier_quantile", "probe_items", "probe_from",
+                   "probe_batch", "probe_max", "probe_target")
+PROBE_OPTIONS = tuple(name for name in SETTING_OPTIONS if name.startswith("probe_"))
+
+
+def fit_settings(args: argparse.Namespace) -> tuple[settings.RefreshSettings, ProbeSettings | None]:
+    """The settings as the options set them, each unset one from its ``$SPARSEEVAL_*`` variable (as the refresh
+    reads them), and the probe they ask for: None for ``--probe 0`` and for a joint predictor (which has no
+    probe); a probe option without a probe is refused rather than ignored."""
+    chosen = settings_from(args, *(n for n in SETTING_OPTIONS if n != "frontier_quantile" or args.frontier_quantile
+                                   != "off"))
+    joint = chosen.method == JOINT_METHOD
+    given = [setting_flags(name)[0] for name in PROBE_OPTIONS if getattr(args, name) is not None]
+    if joint and given:
+        raise UsageError(f"{given[0]} is for single-benchmark predictors; --method {JOINT_METHOD} has no probe")
+    probe = None if joint else ProbeSettings.of(chosen)
+    how = [flag for flag in given if flag != setting_flags("probe_items")[0]]
+    if probe is None and how:
+        raise UsageError(f"{how[-1]} sets how the probe asks: it needs --probe N (N >= 1)")
+    return chosen, probe
+
+
+def frontier_cut(args: argparse.Namespace, chosen: settings.RefreshSettings) -> float | None:
+    """Where fit's frontier self-check cuts (None: ``--frontier-quantile off``)."""
+    return None if args.frontier_quantile == "off" else chosen.frontier_quantile
 
 
 def probe_line(plan: ProbePlan) -> str:
@@ -126,11 +131,12 @@ def probe_line(plan: ProbePlan) -> str:
 
 def run(args: argparse.Namespace) -> int:
     benches = list(dict.fromkeys(canonical_benchmark(b) for b in args.benchmark))
-    joint = args.method == JOINT_METHOD
+    chosen, probe = fit_settings(args)
+    joint = chosen.method == JOINT_METHOD
     if (len(benches) < 2) if joint else (len(benches) != 1):
         raise UsageError(f"--method {JOINT_METHOD} takes two benchmarks or more (--benchmark arc,mmlu); "
                          "every other method one")
-    probe = probe_settings(args, joint)
+    k, seed, device, alpha, cut = chosen.k, chosen.seed, chosen.device, chosen.alpha, frontier_cut(args, chosen)
     bench = JOINT_METHOD if joint else benches[0]
     out = args.out or published_path(args.registry or settings.predictor_dir(), bench)
     if is_managed(out):  # before the fit: refusing after minutes of work would waste them
@@ -150,21 +156,21 @@ def run(args: argparse.Namespace) -> int:
         if joint:  # one anchor set for every listed benchmark, K per benchmark
             responses, scores = data.long(None)
             artifact = fit_joint_predictor(
-                responses, scores, benches, args.k, calibration_frac=args.calibration_frac, seed=args.seed,
-                device=args.device, alpha=args.alpha, models=data.models(),
+                responses, scores, benches, k, calibration_frac=args.calibration_frac, seed=seed,
+                device=device, alpha=alpha, models=data.models(),
                 row_mean_is_score=args.row_mean_is_score,
                 settings={b: training_settings(b, data.settings(b)) for b in benches},
-                frontier_quantile=args.frontier_quantile)
+                frontier_quantile=cut)
         else:
             responses, scores = data.long(bench)
             n_items = responses.lazy().select(pl.col("item_id").n_unique()).collect().item()
-            check_k_below_items(args.k, n_items, bench, args.data)
-            artifact = fit_predictor(responses, scores, bench, args.k, args.method,
-                                     calibration_frac=args.calibration_frac, seed=args.seed, device=args.device,
-                                     alpha=args.alpha, models=data.models(),
+            check_k_below_items(k, n_items, bench, args.data)
+            artifact = fit_predictor(responses, scores, bench, k, chosen.method,
+                                     calibration_frac=args.calibration_frac, seed=seed, device=device,
+                                     alpha=alpha, models=data.models(),
                                      row_mean_is_score=args.row_mean_is_score,
                                      settings=training_settings(bench, data.settings(bench)),
-                                     frontier_quantile=args.frontier_quantile, probe=probe)
+                                     frontier_quantile=cut, probe=probe)
         tick(f"selected and calibrated {artifact.k} anchors")
         if args.data_licence:
             artifact.extra["data_licence"] = args.data_licence
@@ -186,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
     note = ceiling_note(c.get("frontier"))
     if note:
         print(f"  warning: {note}")
-    for line in selfcheck_lines(saved.extra.get("frontier"), bench, settings.SETTINGS["frontier_silent_max"].value()):
+    selfcheck = SelfCheck.of_predictor(saved.extra, bench)
+    for line in [] if selfcheck is None else selfcheck.lines(settings.SETTINGS["frontier_silent_max"].value()):
         print(f"  {line}")
     print(f"saved {out} ({saved.content_hash})")
     print("next: export its anchors as an lm-eval task (lm-eval then prints the estimate for a new model):")
@@ -210,42 +217,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data", type=existing_path, required=True, metavar="PATH",
                    help="results in any supported format (every model is used for fitting or calibration)")
     add_benchmark_argument(p, f"the benchmark (several only with --method {JOINT_METHOD})", required=True)
-    p.add_argument("-k", "--k", type=positive_int, default=settings.SETTINGS["k"].value(),
-                   help=f"number of anchors ({JOINT_METHOD}: per benchmark); " + settings.overrides("k"))
-    p.add_argument("--method", default=settings.SETTINGS["method"].value(),
-                   help="anchor method (see `sparseeval evaluate` to compare them); " + settings.overrides("method"))
+    add_setting_arguments(p, *SETTING_OPTIONS, types={"frontier_quantile": frontier_quantile}, helps={
+        "k": f"number of anchors ({JOINT_METHOD}: per benchmark)",
+        "method": "anchor method (see `sparseeval evaluate` to compare them)",
+        "seed": "seed of the model split and the fit",
+        "frontier_quantile": "the frontier self-check: the method refitted on the fitting models at or below this "
+                             "quantile of the score and scored on the stronger rest, as the pipeline's publishing "
+                             "check does; its figures print, go into the predictor (model card, predict's notes), "
+                             "and a warning says when it misses more than SPARSEEVAL_FRONTIER_SILENT_MAX silently; "
+                             "'off' skips it",
+        "probe_items": "the second stage: a model the anchors place at the top answers N random items of its own "
+                       "probe first (then batches of --probe-batch while its sampling half-width is above "
+                       "--probe-target, up to --probe-max), and its estimate and interval come from them by design; "
+                       "0: no probe"})
     p.add_argument("--calibration-frac", type=open_fraction, default=settings.DEFAULT_CALIBRATION_FRAC, metavar="F",
                    help="share of the models held out for the intervals and the OOD threshold "
                         f"(default {settings.DEFAULT_CALIBRATION_FRAC})")
-    p.add_argument("--alpha", type=open_fraction, default=settings.SETTINGS["alpha"].value(),
-                   help="interval miscoverage, 0.1 for 90%% intervals; " + settings.overrides("alpha"))
-    p.add_argument("--seed", type=seed, default=settings.SETTINGS["seed"].value(),
-                   help="seed of the model split and the fit; " + settings.overrides("seed"))
-    p.add_argument("--device", type=device, default=settings.SETTINGS["device"].value(),
-                   help="auto (CUDA when present), cpu, cuda or cuda:N; " + settings.overrides("device"))
-    p.add_argument("--frontier-quantile", type=frontier_quantile,
-                   default=settings.SETTINGS["frontier_quantile"].value(), metavar="Q",
-                   help="the frontier self-check: the method refitted on the fitting models at or below this quantile "
-                        "of the score and scored on the stronger rest, as the pipeline's publishing check does; its "
-                        "figures print, go into the predictor (model card, predict's notes), and a warning says "
-                        "when it misses more than SPARSEEVAL_FRONTIER_SILENT_MAX silently; 'off' skips it; "
-                        + settings.overrides("frontier_quantile"))
-    p.add_argument("--probe", type=non_negative_int, default=None, metavar="N",
-                   help="the second stage: a model the anchors place at the top answers N random items of its own "
-                        "probe first (then batches of --probe-batch while its sampling half-width is above "
-                        "--probe-target, up to --probe-max), and its estimate and interval come from them by design; "
-                        "0: no probe; " + settings.overrides("probe_items"))
-    p.add_argument("--probe-from", type=open_fraction, default=None, metavar="Q",
-                   help="the probe is asked of predictions at or above this quantile of the calibration models' "
-                        "predictions (and of models flagged as possibly above the training range); "
-                        + settings.overrides("probe_from"))
-    p.add_argument("--probe-batch", type=positive_int, default=None, metavar="N",
-                   help="items per step after the first batch; " + settings.overrides("probe_batch"))
-    p.add_argument("--probe-max", type=positive_int, default=None, metavar="N",
-                   help="the most probe items asked of one model; " + settings.overrides("probe_max"))
-    p.add_argument("--probe-target", type=non_negative, default=None, metavar="W",
-                   help="more probe items while the sampling half-width is above W points; "
-                        + settings.overrides("probe_target"))
     p.add_argument("--row-mean-is-score", action="store_true",
                    help="the items are the whole benchmark: a model without a reported score takes its (complete) "
                         "row mean as its score (never assumed: stored items are often a subset)")

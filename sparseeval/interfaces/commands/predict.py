@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,9 @@ from sparseeval.core.errors import UsageError
 from sparseeval.data.access.answers import read_answers
 from sparseeval.data.benchmarks import canonical_benchmark, default_n_shot, same_metric, split_variant
 from sparseeval.estimate.artifact import PredictorArtifact, load_predictor
-from sparseeval.estimate.frontier import own_cut_outputs, selfcheck_note, selfcheck_outputs
 from sparseeval.estimate.methods.joint import MEAN
 from sparseeval.estimate.predicting import Prediction, predict
+from sparseeval.estimate.selfcheck import SelfCheck
 from sparseeval.interfaces.commands.arguments import (
     add_benchmark_argument,
     add_output_arguments,
@@ -234,13 +235,10 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(preds))
     write_records([prediction_record(p) for p in preds], json_to=args.json, csv_to=args.csv)
     for art in artifacts:  # how far off this predictor was on stronger models, where a model may be one
-        frontier = art.extra.get("frontier")  # a joint predictor's: both cuts, the mean's and the output's own
-        own = own_cut_outputs(frontier)
-        for output, figures in selfcheck_outputs(frontier, art.benchmark).items():
-            note = selfcheck_note(figures, output, sum(p.beyond > 0 for p in preds if p.benchmark == output),
-                                  own.get(output))
-            if note:
-                print(f"note: {note}", file=sys.stderr)
+        selfcheck = SelfCheck.of_predictor(art.extra, art.benchmark)  # a joint predictor's: both cuts
+        upward = Counter(p.benchmark for p in preds if p.beyond > 0)
+        for note in [] if selfcheck is None else selfcheck.notes(upward):
+            print(f"note: {note}", file=sys.stderr)
     db = None if args.no_db else args.db or (settings.db_path() if settings.db_path().is_file() else None)
     if db is not None:
         n = record_in_store(db, artifacts, preds)

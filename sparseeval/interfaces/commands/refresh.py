@@ -4,7 +4,7 @@ For every benchmark of the store (or those named): bring its stored matrix up to
 appended, :mod:`sparseeval.data.access.matrix_store`), run the refresh policy
 (:func:`sparseeval.publish.refresh_policy.refresh_benchmark`: champion refit, challenger, publishing checks,
 decision) and publish what passed, through the same publisher as the pipeline; then the joint
-predictor (:func:`~sparseeval.publish.refresh_policy.refresh_joint`) when every benchmark is refreshed; then
+predictor (:func:`~sparseeval.publish.refresh_joint.refresh_joint`) when every benchmark is refreshed; then
 the method comparisons that are due (:func:`sparseeval.publish.comparison.comparison_due`; ``--compare always``
 or ``never`` overrides). Settings come from ``$SPARSEEVAL_*`` as for ``make run``, so a store refreshed
 here and by the Dagster pipeline agree: a fit key decided by one is skipped by the other.
@@ -21,12 +21,15 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparseeval.core import settings
 from sparseeval.core.errors import UsageError
 from sparseeval.interfaces.commands.arguments import add_benchmark_argument, add_output_arguments, writable_db
 from sparseeval.interfaces.commands.output import to_stdout, write_records
+
+if TYPE_CHECKING:
+    from sparseeval.publish.refresh_outcome import RefreshResult
 
 log = logging.getLogger("sparseeval.interfaces.progress")
 
@@ -47,12 +50,9 @@ examples:
   sparseeval refresh
   sparseeval refresh --benchmark arc,gsm8k --compare never --json refresh.json"""
 
-#: the settings a refresh reads from the environment (the --help table)
-SETTINGS = ("db", "data_dir", "predictors", "method", "k", "seed", "device", "alpha", "coverage_tolerance",
-            "challenger_margin", "challenger_min_days", "frontier_silent_max", "frontier_quantile", "probe_items",
-            "probe_batch", "probe_max", "probe_target", "probe_from", "joint_benchmarks", "compare_methods",
-            "compare_ks", "compare_seeds", "compare_budget_s",
-            "compare_new_share")
+#: the settings a refresh reads from the environment (the --help table): where, and every declared refresh setting
+SETTINGS = ("db", "data_dir", "predictors", *(name for name in settings.RefreshSettings.model_fields
+                                              if name in settings.SETTINGS))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,11 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sparseeval.data.access.matrix_store import MatrixStore
     from sparseeval.data.store import Store
-    from sparseeval.publish.comparison import ComparisonSettings, compare_methods, comparison_due
-    from sparseeval.publish.refresh_policy import FitSettings, refresh_benchmark, refresh_joint
-    from sparseeval.publish.refresh_probe import summary as probe_summary
+    from sparseeval.publish.sequence import InProcess, run_sequence
     from sparseeval.publish.tracking import TrackingConfig
 
     path = args.db or settings.db_path()
@@ -96,56 +93,32 @@ def run(args: argparse.Namespace) -> int:
                          f"(it holds: {', '.join(stored) or 'nothing'})")
     tracking = TrackingConfig(tracking_uri=settings.foreign("MLFLOW_TRACKING_URI") or None,
                               data_dir=settings.data_dir())
-    predictors = args.registry or settings.predictor_dir()
-    fit, compare = FitSettings.from_environment(), ComparisonSettings.from_environment()
-    quiet_table = to_stdout(args.json, args.csv)
-    say = (lambda line: print(line, file=sys.stderr)) if quiet_table else print
-    matrices, rejected = MatrixStore.beside(store), 0
-    current, records = {}, []
-    for bench in names:
-        update = matrices.update(store, bench)
-        current[bench] = update.matrix
-        result = refresh_benchmark(update.matrix, store, tracking, predictors, fit, log=log,
-                                   publish=not args.no_publish)
-        rejected += not result.passed
-        rival = result.figures.get("challenger", {})
-        record: dict[str, Any] = {
-            "benchmark": bench, "matrix": update.describe(), "status": result.status, "data_version":
-            result.data_version, "decision": result.decision, "passed": result.passed,
-            "challenger": rival.get("decision"), "not_scored": result.models_not_scored,
-            "published": [{"anchor_set_id": p.anchor_set_id, "alias": p.alias, "registry_version": p.registry_version}
-                          for p in result.published]}
-        published = "; ".join(f"#{p.anchor_set_id} as {p.alias} (registry version {p.registry_version})"
-                              for p in result.published)
-        say(f"{bench}: matrix {update.describe()}; {result.decision}"
-            + (f"; challenger: {rival['decision']}" if rival else "") + (f"; published {published}" if published
-                                                                         else ""))
-        for check in result.checks:  # a refused frontier check: how to publish it knowingly
-            if not check.passed and "to_publish_anyway" in check.metadata:
-                say(f"{bench}: {check.metadata['to_publish_anyway']}")
-        record["probe"] = probe_summary(result.figures)  # None without a probe ($SPARSEEVAL_PROBE_ITEMS=0)
-        if record["probe"]:
-            say(f"{bench}: probe: {record['probe']}")
-        due = comparison_due(store, bench, compare, version=result.data_version or None)
-        if args.compare == "always" or (args.compare == "due" and due.due):
-            done = compare_methods(update.matrix, store, tracking, compare, log=log)
-            record["comparison"] = done.message
-            say(f"{bench}: comparison: {done.message}")
-        else:
-            record["comparison"] = due.reason if args.compare == "due" else "not run (--compare never)"
-            if args.compare == "due":
-                say(f"{bench}: comparison {due.reason}")
-        records.append(record)
-    if args.benchmark is None and len(current) >= 2:
-        joint = refresh_joint(current, store, tracking, predictors, fit, log=log, publish=not args.no_publish)
-        rejected += not joint.passed
-        records.append({"benchmark": joint.benchmark, "matrix": None, "status": joint.status,
-                        "data_version": joint.data_version, "decision": joint.decision, "passed": joint.passed,
-                        "challenger": None, "comparison": None, "probe": None, "not_scored": {},
-                        "published": [{"anchor_set_id": p.anchor_set_id, "alias": p.alias,
-                                       "registry_version": p.registry_version} for p in joint.published]})
-        say(f"{joint.benchmark}: {joint.decision}")
+    chosen = settings.RefreshSettings.from_environment()
+    steps = InProcess(store, tracking, args.registry or settings.predictor_dir(), chosen, publish=not args.no_publish,
+                      log=log)
+    say = (lambda line: print(line, file=sys.stderr)) if to_stdout(args.json, args.csv) else print
+    outcomes = run_sequence(steps, store, chosen, names, joint=args.benchmark is None and len(names) >= 2,
+                            compare=args.compare)
+    records: dict[str, dict[str, Any]] = {}
+    for step in outcomes:
+        for line in step.lines:
+            say(f"{step.name}: {line}")
+        record = records.setdefault(step.name, {"benchmark": step.name, "matrix": step.matrix, "comparison": None})
+        if step.kind == "compare":
+            record["comparison"] = step.message
+        elif step.result is not None:
+            record |= _record(step.result)
     if not names:
         print("the store holds no benchmark: nothing to refresh", file=sys.stderr)
-    write_records(records, json_to=args.json, csv_to=args.csv)
-    return 1 if rejected else 0
+    write_records(list(records.values()), json_to=args.json, csv_to=args.csv)
+    return 1 if any(step.rejected for step in outcomes) else 0
+
+
+def _record(result: RefreshResult) -> dict[str, Any]:
+    """One benchmark's refresh (or the joint predictor's) as a ``--json``/``--csv`` record."""
+    probe = result.report.probe_line() if result.report is not None else None
+    return {"status": result.status, "data_version": result.data_version, "decision": result.decision,
+            "passed": result.passed, "challenger": result.second.decision if result.second else None,
+            "probe": probe, "not_scored": result.models_not_scored,
+            "published": [{"anchor_set_id": p.anchor_set_id, "alias": p.alias, "registry_version": p.registry_version}
+                          for p in result.published]}
