@@ -21,6 +21,7 @@ from pipelines.automation import (
     weekly_comparison,
 )
 from pipelines.checks import publishing_checks
+from pipelines.console import console
 from pipelines.joint import joint_anchors, joint_champion
 from pipelines.resources import default_resources
 
@@ -38,6 +39,7 @@ def build_definitions(resources: dict[str, Any] | None = None) -> dg.Definitions
         resources=resources if resources is not None else default_resources(),
         # one process per run: torch is imported once; runs themselves are queued (see dagster.yaml)
         executor=dg.in_process_executor,
+        loggers={"console": console},  # a refused publishing check in one line (pipelines/console.py)
     )
 
 

@@ -62,7 +62,7 @@ from sparseeval.data.store import Store
 from sparseeval.data.synthetic import SyntheticLeaderboard, generate_leaderboard, scrambled, write_leaderboard
 from sparseeval.estimate.methods.joint import JOINT_METHOD
 from sparseeval.publish.publishing import FAILPOINTS, audit, leftovers
-from sparseeval.publish.tracking import registered_versions
+from sparseeval.publish.tracking_registry import registered_versions
 
 SENSORS = (new_results_sensor, stale_benchmarks_sensor, comparison_sensor, joint_sensor)
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}

@@ -62,7 +62,7 @@ def _world(root: Path, method: str = "sparseeval-linear") -> dict:
 
 
 def _versions(world: dict) -> list[str]:
-    from sparseeval.publish.tracking import registered_versions
+    from sparseeval.publish.tracking_registry import registered_versions
 
     return registered_versions(world["tracking"], benchmark="arc")
 
@@ -157,7 +157,7 @@ def test_the_default_method_is_registered_and_served_from_the_registry(tmp_path:
     import numpy as np
     import polars as pl
 
-    from sparseeval.publish.tracking import download_predictor
+    from sparseeval.publish.tracking_registry import download_predictor
 
     world = _world(tmp_path, method="sparseeval-mlp")
     Publisher(world["store"], world["tracking"], tmp_path / "predictors").publish_open("arc")

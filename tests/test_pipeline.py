@@ -31,12 +31,12 @@ from pipelines.automation import (
     weekly_comparison,
 )
 from pipelines.checks import publishing_checks
-from pipelines.definitions import defs
+from pipelines.definitions import build_definitions, defs
 from pipelines.io_managers import MatrixIOManager
 from pipelines.joint import joint_anchors, joint_champion
 from pipelines.partitions import BENCHMARK_PARTITIONS, add_benchmarks
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
-from pipelines.run_all import succeeded, summary_line
+from pipelines.run_all import INFO_LOGS, succeeded, summary_line
 from sparseeval.data.access.matrix_store import MatrixStore
 from sparseeval.data.store import Store
 from sparseeval.data.synthetic import generate_leaderboard, scrambled, write_leaderboard
@@ -331,7 +331,7 @@ def test_new_models_keep_champion_anchors_and_refit(pipeline: dict, tmp_path: Pa
     assert _count(db, "SELECT count(*) FROM anchor_sets WHERE role = 'champion' AND origin = 'selected'") == 1
 
 
-def test_a_failing_check_leaves_the_champion_in_place(tmp_path: Path) -> None:
+def test_a_failing_check_leaves_the_champion_in_place(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
     """A corrected re-run that turns a benchmark into pure noise (answers unrelated to the scores) fails
     the publishing checks under the default settings: the new sets are rejected, and the champion stays
     in DuckDB, under the registry alias and in the published folder; the UI says why."""
@@ -347,7 +347,15 @@ def test_a_failing_check_leaves_the_champion_in_place(tmp_path: Path) -> None:
     alias_before = client.get_model_version_by_alias("sparseeval-arc", "champion").version
     served_before = json.loads((root / "predictors" / "arc" / "predictor.json").read_text())["content_hash"]
     write_leaderboard(scrambled(lb, seed=0), source / "lb")  # a corrected re-run of the same file: pure noise
-    result = _refresh(resources, instance)["runs"]["arc"]
+    assert dg.materialize([raw_results], resources=resources, instance=instance).success
+    capfd.readouterr()
+    # the refresh job as make run launches it (its console logger configured: the definitions' own)
+    result = build_definitions(resources).resolve_job_def("refresh").execute_in_process(
+        partition_key="arc", instance=instance, raise_on_error=False, run_config=INFO_LOGS)
+    log = capfd.readouterr().err
+    # the refusal is one line in the log, no stack trace (it is an outcome, not a crash)
+    assert "(a publishing check refused it: 1 blocking asset check failed" in log, log
+    assert "Stack Trace" not in log and "DagsterAssetCheckFailedError" not in log, log
     checks = _checks(result)
     assert checks["beats_mean_score"] is False, checks
     assert "NOT published" in _meta(result, "candidate")["decision"]

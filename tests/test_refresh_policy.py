@@ -28,7 +28,8 @@ from sparseeval.estimate.splits import frontier_cut
 from sparseeval.interfaces.cli import main as cli_main
 from sparseeval.publish.publishing import audit, published_path
 from sparseeval.publish.refresh_policy import refresh_benchmark
-from sparseeval.publish.tracking import TrackingConfig, ensure_experiment, registered_versions
+from sparseeval.publish.tracking import TrackingConfig, ensure_experiment
+from sparseeval.publish.tracking_registry import registered_versions
 
 pytestmark = pytest.mark.slow
 
@@ -242,16 +243,19 @@ def test_the_frontier_selfcheck_gates_publication_and_reaches_duckdb_mlflow_and_
                                                                   "silent_misses")}
     assert {name: lenient.metadata()[f"frontier_{name}"] for name in expected} == expected  # the asset's metadata
     view = store.query("SELECT * FROM frontier_selfcheck WHERE anchor_set_id = $i", {"i": lenient.proposed})
-    row = view.to_dicts()[0]
+    rows = view.to_dicts()
+    assert len(rows) == 1, "the published anchor set's frontier_* columns are empty: the view holds no row"
+    row = rows[0]
     assert row["frontier_check_passed"] is True and row["frontier_models"] == figures["n"]
     # (the check's figures are rounded to 4 places for its message)
     assert (row["frontier_silent"], row["frontier_mae"]) == pytest.approx((figures["silent_misses"], figures["mae"]),
                                                                           abs=1e-4)
     client = MlflowClient(tracking.resolved_tracking_uri)
     runs = client.search_runs([ensure_experiment(tracking, client)], "tags.`sparseeval.step` = 'candidate'")
-    silent = [r.data.metrics["frontier/silent_misses"] for r in runs]  # both candidate runs: rejected, published
+    silent = [r.data.metrics.get("frontier/silent_misses") for r in runs]  # both candidate runs: rejected, published
     assert silent == pytest.approx([figures["silent_misses"]] * 2, abs=1e-4)
     published = load_predictor(published_path(tmp_path / "predictors", "arc"))
+    assert "frontier" in published.extra, "the published predictor.json carries no frontier figures"
     assert published.extra["frontier"]["silent_misses"] == pytest.approx(figures["silent_misses"], abs=1e-4)
     assert published.extra["frontier"]["n"] == figures["n"]
     # SPARSEEVAL_FRONTIER_QUANTILE: a lower cut measures anew, on twice the stronger models

@@ -135,16 +135,14 @@ def test_evaluation_runs_comparison_and_registry(cfg: TrackingConfig, tmp_path: 
                                                  capfd: pytest.CaptureFixture[str]) -> None:
     import pandas as pd
 
-    from sparseeval.publish.tracking import (
+    from sparseeval.publish.tracking import ensure_experiment, load_estimator_from_folder
+    from sparseeval.publish.tracking_registry import (
         CHAMPION,
         download_predictor,
-        ensure_experiment,
-        load_estimator_from_folder,
-        log_comparison,
-        log_evaluation_run,
         register_predictor,
         registered_model_name,
     )
+    from sparseeval.publish.tracking_runs import log_comparison, log_evaluation_run
 
     rng = np.random.default_rng(0)
     Y = (rng.random((80, 20)) < 0.6).astype(np.float32)
@@ -231,7 +229,9 @@ def test_evaluation_runs_comparison_and_registry(cfg: TrackingConfig, tmp_path: 
 
 @pytest.mark.slow
 def test_failed_run_is_marked_failed(cfg: TrackingConfig, tmp_path: Path) -> None:
-    from sparseeval.publish.tracking import ensure_experiment, log_evaluation_run, register_predictor
+    from sparseeval.publish.tracking import ensure_experiment
+    from sparseeval.publish.tracking_registry import register_predictor
+    from sparseeval.publish.tracking_runs import log_evaluation_run
 
     with pytest.raises(FileNotFoundError):
         log_evaluation_run(cfg, benchmark="gsm8k", method="random", k=3, seed=1, params={},
@@ -248,13 +248,9 @@ def test_failed_run_is_marked_failed(cfg: TrackingConfig, tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_register_published_predictor_folder(cfg: TrackingConfig, tmp_path: Path, estimator_cls) -> None:
     """A folder written by sparseeval.estimate.artifact (hash-verified on load) registers and predicts."""
-    from sparseeval.publish.tracking import (
-        download_predictor,
-        load_estimator_from_folder,
-        log_evaluation_run,
-        register_predictor,
-        registered_model_name,
-    )
+    from sparseeval.publish.tracking import load_estimator_from_folder
+    from sparseeval.publish.tracking_registry import download_predictor, register_predictor, registered_model_name
+    from sparseeval.publish.tracking_runs import log_evaluation_run
 
     artifact = pytest.importorskip("sparseeval.estimate.artifact")
     rng = np.random.default_rng(1)
@@ -306,13 +302,8 @@ def test_tracked_run_wraps_the_work_with_dataset_plots_and_metrics(cfg: Tracking
         plot_coverage_by_level,
         plot_predicted_vs_true,
     )
-    from sparseeval.publish.tracking import (
-        ensure_experiment,
-        log_comparison,
-        log_evaluation_run,
-        runs_page_url,
-        tracked_run,
-    )
+    from sparseeval.publish.tracking import ensure_experiment, runs_page_url
+    from sparseeval.publish.tracking_runs import log_comparison, log_evaluation_run, tracked_run
 
     matrix = _matrix()
     split = SimpleNamespace(train=np.arange(60), val=np.arange(0), test=np.arange(60, 120))
@@ -375,7 +366,8 @@ def test_tracked_run_wraps_the_work_with_dataset_plots_and_metrics(cfg: Tracking
 
 @pytest.mark.slow
 def test_tracked_run_failure_is_recorded_and_raised(cfg: TrackingConfig) -> None:
-    from sparseeval.publish.tracking import ensure_experiment, tracked_run
+    from sparseeval.publish.tracking import ensure_experiment
+    from sparseeval.publish.tracking_runs import tracked_run
 
     with pytest.raises(RuntimeError, match="boom"), tracked_run(cfg, "champion", benchmark="gsm8k") as run:
         run.log_metrics({"test_mae": 2.0})
@@ -388,7 +380,8 @@ def test_tracked_run_failure_is_recorded_and_raised(cfg: TrackingConfig) -> None
 def test_registered_model_has_description_tags_and_alias(cfg: TrackingConfig, tmp_path: Path,
                                                          estimator_cls) -> None:
     from sparseeval.estimate.artifact import save_predictor
-    from sparseeval.publish.tracking import register_predictor, registered_model_name, tracked_run
+    from sparseeval.publish.tracking_registry import register_predictor, registered_model_name
+    from sparseeval.publish.tracking_runs import tracked_run
 
     rng = np.random.default_rng(2)
     Y = (rng.random((60, 12)) < 0.5).astype(np.float32)

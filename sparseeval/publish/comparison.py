@@ -42,7 +42,8 @@ from sparseeval.estimate.evaluation import ProtocolConfig, results_frame, run_pr
 from sparseeval.publish.refresh import comparison_key
 from sparseeval.publish.refresh_outcome import Log
 from sparseeval.publish.report import plot_mae_vs_k
-from sparseeval.publish.tracking import TrackingConfig, log_comparison, tracked_run
+from sparseeval.publish.tracking import TrackingConfig
+from sparseeval.publish.tracking_runs import log_comparison, tracked_run
 
 
 @dataclass(frozen=True)

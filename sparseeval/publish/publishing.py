@@ -222,7 +222,7 @@ class Publisher:
         return done
 
     def _publish(self, pub: dict[str, Any]) -> Published:
-        from sparseeval.publish import tracking as mlf  # lazy: mlflow is only for the steps that need it
+        from sparseeval.publish import tracking_registry as mlf  # lazy: mlflow is only for the steps that need it
 
         bench, alias = pub["benchmark"], pub["alias"]
         row = self.store.anchor_set(int(pub["anchor_set_id"]))
@@ -255,7 +255,7 @@ class Publisher:
         return Published(bench, int(pub["anchor_set_id"]), alias, str(pub["registry_version"]), previous, reused)
 
     def _version_run(self, bench: str, version: str) -> str | None:
-        from sparseeval.publish import tracking as mlf
+        from sparseeval.publish import tracking_registry as mlf
 
         client = self.tracking.client()
         return client.get_model_version(mlf.registered_model_name(bench), version).run_id
@@ -263,13 +263,14 @@ class Publisher:
     def _register(self, row: dict[str, Any], alias: str, folder: Path) -> tuple[str, str]:
         """One MLflow run for the published predictor (its scores, anchors, the folder) and a new
         registry version tagged with its content hash (the alias is moved later, as its own step)."""
-        from sparseeval.publish import tracking as mlf
+        from sparseeval.publish import tracking_registry as mlf
+        from sparseeval.publish.tracking_runs import log_evaluation_run, tracked_run
 
         bench = row["benchmark"]
         artifact = load_predictor(folder)
         tags = {**self.run_tags, "role": alias}
-        with mlf.tracked_run(self.tracking, alias, benchmark=bench, tags=tags) as run:
-            mlf.log_evaluation_run(
+        with tracked_run(self.tracking, alias, benchmark=bench, tags=tags) as run:
+            log_evaluation_run(
                 self.tracking, benchmark=bench, method=row["method"], k=row["k"], seed=row["seed"],
                 params={"role": alias, "origin": row["origin"], "data_version": row["data_version"],
                         "n_train": row["n_train_models"], "content_hash": artifact.content_hash},
@@ -288,7 +289,7 @@ class Publisher:
 def audit(store: Any, tracking: Any, predictor_dir: Path, benchmark: str) -> list[str]:
     """What disagrees for ``benchmark`` between DuckDB, the registry and the published folder
     (empty when they agree): the invariant every refresh must leave behind."""
-    from sparseeval.publish import tracking as mlf
+    from sparseeval.publish import tracking_registry as mlf
 
     problems = []
     with store.pinned():  # DuckDB's side read in one state

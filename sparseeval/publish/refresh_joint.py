@@ -39,7 +39,8 @@ from sparseeval.publish.refresh import Check, fit_key, joint_data_version, joint
 from sparseeval.publish.refresh_outcome import Candidate, JointReport, Log, Proposal, RefreshResult
 from sparseeval.publish.refresh_steps import Context, context, record_proposal, resume_gate, run_refresh
 from sparseeval.publish.selfcheck_reuse import measured_or_stored, selfcheck_setup
-from sparseeval.publish.tracking import TrackedRun, TrackingConfig, log_comparison
+from sparseeval.publish.tracking import TrackingConfig
+from sparseeval.publish.tracking_runs import TrackedRun, log_comparison
 
 #: fewer models with every benchmark than this: no joint fit (its held-out half-splits would be empty)
 MIN_JOINT_MODELS = 50

@@ -59,7 +59,8 @@ from sparseeval.publish.refresh_steps import (
     run_refresh,
 )
 from sparseeval.publish.selfcheck_reuse import measured_or_stored, selfcheck_setup
-from sparseeval.publish.tracking import TrackedRun, TrackingConfig
+from sparseeval.publish.tracking import TrackingConfig
+from sparseeval.publish.tracking_runs import TrackedRun
 
 
 def refresh_benchmark(matrix: ResponseMatrix, store: Store, tracking: TrackingConfig, predictor_dir: str | Path,

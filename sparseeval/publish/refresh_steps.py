@@ -46,7 +46,8 @@ from sparseeval.publish.publishing import (
 from sparseeval.publish.refresh import Check, publishing_checks, up_to_date
 from sparseeval.publish.refresh_outcome import BenchmarkReport, Candidate, JointReport, Log, Proposal, RefreshResult
 from sparseeval.publish.selfcheck_reuse import reusable_fit
-from sparseeval.publish.tracking import TrackedRun, TrackingConfig, tracked_run
+from sparseeval.publish.tracking import TrackingConfig
+from sparseeval.publish.tracking_runs import TrackedRun, tracked_run
 
 
 @dataclass
