@@ -1,7 +1,7 @@
 """What a refresh of Hub sources costs: calls to the Hub and seconds, side by side.
 
 Runs the real ``huggingface_hub`` client (through :mod:`sparseeval.data.access.hub_sources`) against the local
-Hub stand-in of tests/hub_server.py on 127.0.0.1, into a fresh store and client cache, for three
+Hub stand-in of bench/support/hub_server.py on 127.0.0.1, into a fresh store and client cache, for three
 refreshes of the same sources:
 
 * first fetch: every repo's result files downloaded and ingested;
@@ -28,10 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.support.formats import write_v1_details, write_v2_details
+from bench.support.hub_server import HubServer, Repo, files_from
 from sparseeval.data.access.hub_sources import HubFetcher, RepoFetch, parse_sources, parse_tasks
 from sparseeval.data.store import Store
-from tests.fixtures.formats import write_v1_details, write_v2_details
-from tests.hub_server import HubServer, Repo, files_from
 
 LM_EVAL = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "real_formats" / "lm_eval_0.4.13" / "dummy"
 SOURCES = "hf://datasets/team/evals,hf://datasets/team/*-details"
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.close()
     print(f"{args.sources} ({len(server.repos)} repos on the server): real huggingface_hub client, "
-          "tests/hub_server.py")
+          "bench/support/hub_server.py")
     cols = list(rows[0])
     print("  ".join(f"{c:>13}" for c in cols))
     for r in rows:

@@ -5,7 +5,7 @@
 1. Builds the wheel and installs it **without extras** into a fresh venv (what ``pip install sparseeval``
    gives); reports the venv's size on disk, and the size of the installed distributions of the light and
    the full (``[fit,pipeline,serve]``) dependency closures as found in this checkout's ``.venv``.
-2. Serves the predictor from a stand-in Hub (tests/hub_server.py) and times
+2. Serves the predictor from a stand-in Hub (bench/support/hub_server.py) and times
    ``sparseeval predict --predictor hf://ORG/REPO --answers <an lm-eval output folder>`` as a new process
    (what a user waits for), in the light venv and in the full ``.venv``: the first run (download into an
    empty client cache) and the median of the next runs (cached).
@@ -33,8 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.support.hub_server import HubServer, Repo, files_from  # noqa: E402
 from sparseeval.estimate.artifact import load_predictor  # noqa: E402
-from tests.hub_server import HubServer, Repo, files_from  # noqa: E402
 
 LIGHT_EXTRAS: tuple[str, ...] = ()
 FULL_EXTRAS = ("fit", "pipeline", "serve")

@@ -36,15 +36,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sparseeval.interfaces.serve import bootstrap as serve  # noqa: E402
-from sparseeval.interfaces.serve.drain import graphql  # noqa: E402
-from sparseeval.interfaces.serve.supervisor import SERVICES, rpc  # noqa: E402
-from tests.test_serve import (  # noqa: E402
+from bench.support.served import (  # noqa: E402
     back_after_sigkill,
     daemon_heartbeats_since,
     mlflow_answers,
     process_tree,
 )
+from sparseeval.interfaces.serve import bootstrap as serve  # noqa: E402
+from sparseeval.interfaces.serve.drain import graphql  # noqa: E402
+from sparseeval.interfaces.serve.supervisor import SERVICES, rpc  # noqa: E402
 
 QUICK = {"SPARSEEVAL_K": "8", "SPARSEEVAL_METHOD": "sparseeval-linear", "SPARSEEVAL_COMPARE_METHODS": "random-linear",
          "SPARSEEVAL_COMPARE_KS": "8", "SPARSEEVAL_COMPARE_SEEDS": "1"}

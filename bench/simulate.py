@@ -1,6 +1,6 @@
 """A year of daily refreshes, simulated: ``python bench/simulate.py --days 365``.
 
-Plays ``tests.simulation`` (the real sensors and jobs, a seeded synthetic leaderboard's daily
+Plays ``bench.support.simulation`` (the real sensors and jobs, a seeded synthetic leaderboard's daily
 arrivals, crashes at every publication step boundary) and prints one line per day: seconds, runs, new
 registry versions, invariant violations; then the totals. Exit status 1 when any invariant broke.
 """
@@ -8,9 +8,9 @@ registry versions, invariant violations; then the totals. Exit status 1 when any
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness lives with the tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness: bench/support/simulation.py
 
-from tests.simulation import main
+from bench.support.simulation import main
 
 if __name__ == "__main__":
     sys.exit(main(["play", *(sys.argv[1:] or ["--days", "60"]), *([] if "--root" in sys.argv else

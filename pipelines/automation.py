@@ -136,8 +136,7 @@ def new_results_sensor(context: dg.SensorEvaluationContext, source: SourceResour
         return dg.SkipReason("no local source folder configured (Hub sources: hub_sources_sensor)")
     folder = ", ".join(map(str, folders))
     cursor = json.loads(context.cursor) if context.cursor else {}
-    ingested = set(store.store().query("SELECT DISTINCT sha256 FROM ingests WHERE status IN ('ok', 'partial')")
-                   .get_column("sha256").to_list())
+    ingested = store.store().ingested_hashes()
     fresh, new_cursor = [], {}
     for each in folders:  # the cursor is keyed by unit path: the folders' entries do not collide
         more, seen = new_units(each, cursor, ingested)

@@ -1,8 +1,8 @@
-"""Hub dataset repos as sources, through the real huggingface_hub client against tests/hub_server.py.
+"""Hub dataset repos as sources, through the real huggingface_hub client against bench/support/hub_server.py.
 
 The repos hold the lm-eval 0.4.13 files in tests/fixtures/real_formats (as ``push_results_to_hub``
 lays them out: ``<org>__<model>/results_*.json`` + ``samples_*.jsonl``) and the v1 / v2 leaderboard
-details layouts written by tests/fixtures/formats.py. Real DuckDB store; no patched client functions.
+details layouts written by bench/support/formats.py. Real DuckDB store; no patched client functions.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.support.formats import write_v1_details, write_v2_details
+from bench.support.hub_server import HubServer, Repo, files_from
 from sparseeval.data.access.hub_sources import HubFetcher, HubSource, parse_source, parse_sources
 from sparseeval.data.store import Store
-from tests.fixtures.formats import write_v1_details, write_v2_details
-from tests.hub_server import HubServer, Repo, files_from
 
 LM_EVAL = Path(__file__).parent / "fixtures" / "real_formats" / "lm_eval_0.4.13" / "dummy"
 

@@ -1,5 +1,5 @@
 """Predictors from the Hub, ``hf://[datasets/]ORG/REPO[@revision][/PATH]``, through the real huggingface_hub
-client against tests/hub_server.py: pinned revisions, the content hash checked, the client's cache and
+client against bench/support/hub_server.py: pinned revisions, the content hash checked, the client's cache and
 ``HF_HUB_OFFLINE=1``, and the Hub sources' faults and messages."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.support.hub_server import HubServer, Repo, files_from
 from sparseeval.data.access.predictor_hub import PredictorSourceError, parse
 from sparseeval.estimate.artifact import ArtifactError, load_predictor
 from sparseeval.estimate.fitting import fit_predictor
 from sparseeval.interfaces.cli import main
-from tests.hub_server import HubServer, Repo, files_from
 from tests.test_artifact import irt_long
 
 

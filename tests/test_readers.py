@@ -9,12 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sparseeval.data.readers.base import MODELS_SCHEMA, RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError
-from sparseeval.data.readers.detect import detect_format, discover, iter_sources, read_source
-from sparseeval.data.readers.hub import details_patterns
-from sparseeval.data.readers.leaderboard import read_details_v1, read_leaderboard_results
-from sparseeval.data.readers.lm_eval import read_lm_eval
-from tests.fixtures.formats import (
+from bench.support.formats import (
     LM_EVAL_DATE_ID,
     V1_DATE_ID,
     write_details_parquet,
@@ -22,6 +17,11 @@ from tests.fixtures.formats import (
     write_v1_details,
     write_v2_details,
 )
+from sparseeval.data.readers.base import MODELS_SCHEMA, RESPONSES_SCHEMA, SCORES_SCHEMA, SETTINGS_SCHEMA, InputError
+from sparseeval.data.readers.detect import detect_format, discover, iter_sources, read_source
+from sparseeval.data.readers.hub import details_patterns
+from sparseeval.data.readers.leaderboard import read_details_v1, read_leaderboard_results
+from sparseeval.data.readers.lm_eval import read_lm_eval
 from tests.support import needs_real_data
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm_v1"

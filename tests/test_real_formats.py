@@ -2,7 +2,7 @@
 (model, task, run) with the refused/skipped parts as notes, and the evaluation settings as data.
 
 Files under ``fixtures/real_formats`` are real outputs (see its README for provenance and licences);
-the other layouts are built by ``fixtures.formats`` in the shapes the tools' writers produce.
+the other layouts are built by ``bench.support.formats`` in the shapes the tools' writers produce.
 """
 
 from __future__ import annotations
@@ -16,11 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sparseeval.data.benchmarks import MMLU_SUBJECTS
-from sparseeval.data.readers.base import InputError
-from sparseeval.data.readers.detect import detect_format, discover, iter_sources, read_source
-from sparseeval.data.tasks import task_benchmark
-from tests.fixtures.formats import (
+from bench.support.formats import (
     LFS_POINTER_TEXT,
     LIGHTEVAL_DATE_ID,
     write_lighteval_output,
@@ -30,6 +26,10 @@ from tests.fixtures.formats import (
     write_v2_bbh_separate,
     write_v2_details,
 )
+from sparseeval.data.benchmarks import MMLU_SUBJECTS
+from sparseeval.data.readers.base import InputError
+from sparseeval.data.readers.detect import detect_format, discover, iter_sources, read_source
+from sparseeval.data.tasks import task_benchmark
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real_formats"
 SETTINGS = ["task", "n_shot", "metric", "filter", "harness", "harness_version", "limit", "run_at"]

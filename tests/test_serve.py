@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.support.served import back_after_sigkill, daemon_heartbeats_since, mlflow_answers, process_tree
 from sparseeval.interfaces.serve import bootstrap as serve
 from sparseeval.interfaces.serve.drain import graphql
 from sparseeval.interfaces.serve.supervisor import SERVICES, rpc, supervisord_pid, sweep
@@ -232,58 +233,9 @@ def _partition(run: dict) -> str | None:
     return next((t["value"] for t in run["tags"] if t["key"] == "dagster/partition"), None)
 
 
-DAEMON_HEALTH = """{ instance { daemonHealth { allDaemonStatuses { daemonType lastHeartbeatTime } } } }"""
 #: a bound far above the measured figures (~4 s daemon, ~9 s MLflow on two loaded cores, printed
 #: below and by bench/serve.py): the test asserts that each comes back, the bench says how fast
 BACK_WITHIN_S = 60.0
-
-
-def process_tree(roots: set[int]) -> set[int]:
-    """``roots`` and every live descendant (from /proc): a service's workers, a run's subprocesses."""
-    children: dict[int, set[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, set()).add(int(proc.name))
-    out, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in out:
-            out.add(pid)
-            todo.extend(children.get(pid, ()))
-    return out
-
-
-def back_after_sigkill(lay: serve.Layout, name: str, answers, timeout: float = 120) -> float:
-    """SIGKILL the process supervisord runs as ``name``; seconds until supervisord runs a new one, every
-    process the killed one had started is gone, and ``answers(killed_at)`` holds (bench/serve.py too)."""
-    old = rpc(lay).supervisor.getProcessInfo(name)["pid"]
-    below = process_tree({old}) - {old}
-    os.kill(old, signal.SIGKILL)
-    t0, killed_at = time.monotonic(), time.time()
-    while time.monotonic() - t0 < timeout:
-        pid = rpc(lay).supervisor.getProcessInfo(name)["pid"]
-        if pid and pid != old and not any(serve.alive(c) for c in below):
-            with contextlib.suppress(Exception):
-                if answers(killed_at):
-                    return time.monotonic() - t0
-        time.sleep(0.1)
-    raise AssertionError(f"{name} not back {timeout:.0f} s after a SIGKILL")
-
-
-def daemon_heartbeats_since(webserver_port: int, killed_at: float) -> bool:
-    """Whether the daemons that launch runs (sensors, the run queue) heartbeat after ``killed_at``."""
-    statuses = graphql(webserver_port, DAEMON_HEALTH)["instance"]["daemonHealth"]["allDaemonStatuses"]
-    beats = {d["daemonType"]: d["lastHeartbeatTime"] or 0 for d in statuses}
-    return all(beats.get(d, 0) > killed_at for d in ("SENSOR", "QUEUED_RUN_COORDINATOR"))
-
-
-def mlflow_answers(host: str, port: int) -> bool:
-    with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=1) as r:
-        return r.read() == b"OK"
 
 
 def test_killed_services_come_back_and_the_chain_publishes_through_them(served: Served) -> None:

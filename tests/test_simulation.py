@@ -1,4 +1,4 @@
-"""Twelve simulated days of a deployment through the real sensors and jobs (``tests.simulation``).
+"""Twelve simulated days of a deployment through the real sensors and jobs (``bench.support.simulation``).
 
 New models every day but the quiet ones, a new benchmark, a corrected re-run, a bad file, a settings
 change, a benchmark turned to noise and one of noise from the start, ``sparseeval ingest`` between
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.support.simulation import CYCLE, KILL_DAY, NOISE_NEW, NOISE_TURN, QUIET, SETTINGS_CHANGE, Simulation
 from sparseeval.data.store import Store
 from sparseeval.publish.publishing import FAILPOINTS
-from tests.simulation import CYCLE, KILL_DAY, NOISE_NEW, NOISE_TURN, QUIET, SETTINGS_CHANGE, Simulation
 
 pytestmark = pytest.mark.slow
 

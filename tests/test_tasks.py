@@ -191,7 +191,7 @@ def test_group_subtask_item_ids_round_trip(tag: str) -> None:
 
 def _write_group_run(folder: Path, group: str, subtasks: dict[str, list[float]]) -> Path:
     """A 0.4.3+ run of a user's group whose subtasks' samples have the same doc ids."""
-    from tests.fixtures.formats import _config, _entry, _mc_sample, _write_jsonl
+    from bench.support.formats import _config, _entry, _mc_sample, _write_jsonl
 
     folder.mkdir(parents=True)
     date = "2025-01-02T03-04-05.000001"

@@ -59,8 +59,8 @@ def test_light_install_predicts_and_exports_without_torch(tmp_path: Path) -> Non
     extra. Sizes and times are measured by ``bench/light_install.py``, not here."""
     import json
 
+    from bench.support.hub_server import HubServer, Repo, files_from
     from sparseeval.interfaces.cli import main
-    from tests.hub_server import HubServer, Repo, files_from
 
     wheel = build_wheel(tmp_path / "dist")
     venv = tmp_path / "light"

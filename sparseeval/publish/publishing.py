@@ -39,12 +39,16 @@ import signal
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparseeval.core import settings
 from sparseeval.data.names import slug
 from sparseeval.data.store.connection import pid_alive
 from sparseeval.estimate.artifact import META_FILE, PredictorArtifact, load_predictor
+
+if TYPE_CHECKING:  # annotations only: the store and MLflow are the callers'
+    from sparseeval.data.store import Store
+    from sparseeval.publish.tracking import TrackingConfig
 
 #: the folder inside the predictors folder that holds every version (never a published name)
 VERSIONS = ".versions"
@@ -109,7 +113,7 @@ def published_hash(predictor_dir: Path, benchmark: str) -> str | None:
         return None
 
 
-def _adopt_plain_folder(target: Path, store: Any, benchmark: str) -> dict[str, str]:
+def _adopt_plain_folder(target: Path, store: Store, benchmark: str) -> dict[str, str]:
     """A published path that is a real folder (an older layout, or ``sparseeval fit``'s output) is
     moved into the versions area, with its old ``versions/`` children, before the first swap; the
     ``artifact_uri`` values pointing into it are rewritten to the new places."""
@@ -136,7 +140,7 @@ def _adopt_plain_folder(target: Path, store: Any, benchmark: str) -> dict[str, s
     return moved
 
 
-def swap_published(predictor_dir: Path, benchmark: str, version: Path, *, store: Any = None) -> None:
+def swap_published(predictor_dir: Path, benchmark: str, version: Path, *, store: Store | None = None) -> None:
     """Point ``<predictors>/<benchmark>`` at ``version`` in one rename of a symlink (relative, so the
     data folder can move). Idempotent: already pointing there changes nothing."""
     target = published_path(predictor_dir, benchmark)
@@ -203,8 +207,8 @@ class Publisher:
     ``predictor_dir``: the published predictors folder.
     """
 
-    def __init__(self, store: Any, tracking: Any, predictor_dir: Path, *, run_tags: dict[str, str] | None = None
-                 ) -> None:
+    def __init__(self, store: Store, tracking: TrackingConfig, predictor_dir: Path, *,
+                 run_tags: dict[str, str] | None = None) -> None:
         self.store = store
         self.tracking = tracking
         self.predictor_dir = Path(predictor_dir)
@@ -286,7 +290,7 @@ class Publisher:
 
 # --- the invariant ---------------------------------------------------------------------------------
 
-def audit(store: Any, tracking: Any, predictor_dir: Path, benchmark: str) -> list[str]:
+def audit(store: Store, tracking: TrackingConfig, predictor_dir: Path, benchmark: str) -> list[str]:
     """What disagrees for ``benchmark`` between DuckDB, the registry and the published folder
     (empty when they agree): the invariant every refresh must leave behind."""
     from sparseeval.publish import tracking_registry as mlf
@@ -295,8 +299,7 @@ def audit(store: Any, tracking: Any, predictor_dir: Path, benchmark: str) -> lis
     with store.pinned():  # DuckDB's side read in one state
         champ = store.champion(benchmark)
         open_pubs = store.open_publications(benchmark)
-        champions = store.query("SELECT count(*) FROM anchor_sets WHERE benchmark = $b AND role = 'champion'",
-                                {"b": benchmark}).item()
+        champions = store.champion_count(benchmark)
     alias = mlf.alias_version(tracking, benchmark=benchmark, alias=mlf.CHAMPION)
     served = published_hash(predictor_dir, benchmark)
     if open_pubs:
@@ -324,7 +327,7 @@ def audit(store: Any, tracking: Any, predictor_dir: Path, benchmark: str) -> lis
 
 # --- the fit step's decision -----------------------------------------------------------------------
 
-def record_decision(store: Any, benchmark: str, *, fit_key: str, data_version: str | None,
+def record_decision(store: Store, benchmark: str, *, fit_key: str, data_version: str | None,
                     proposed: dict[str, Any], challenger: dict[str, Any] | None, checks: list[Any]) -> str:
     """Record what the fit step decided, in the store's state machine, and say it in one sentence.
 
@@ -340,9 +343,7 @@ def record_decision(store: Any, benchmark: str, *, fit_key: str, data_version: s
         if decided is not None:
             store.update_anchor_set(decided["anchor_set_id"], checks=checks_json(checks))
     failed = [c.name for c in checks if not c.passed]
-    roles = {r["anchor_set_id"]: r["role"] for r in
-             store.query("SELECT anchor_set_id, role FROM anchor_sets WHERE benchmark = $b",
-                         {"b": benchmark}).to_dicts()}
+    roles = store.anchor_set_roles(benchmark)
     new = [s for s in (proposed, challenger) if s is not None]
     if failed:
         ids = [s["anchor_set_id"] for s in new if roles.get(s["anchor_set_id"]) == "candidate"]
@@ -365,7 +366,7 @@ def record_decision(store: Any, benchmark: str, *, fit_key: str, data_version: s
     return "proposed " + ", ".join(f"#{i} as {alias}" for i, alias, _ in proposals)
 
 
-def record_challenger(store: Any, benchmark: str, *, fit_key: str, data_version: str | None,
+def record_challenger(store: Store, benchmark: str, *, fit_key: str, data_version: str | None,
                       challenger: dict[str, Any], checks: list[Any]) -> str:
     """Record a fresh selection meant to be published beside the champion under the alias
     ``challenger`` (the champion itself is not in question: it was published by the same refresh), with
@@ -402,7 +403,7 @@ class AnchorOnlyScores:
         return f"{benchmark}: {len(self.skipped)} model(s) with anchor answers not scored: {shown}{more}"
 
 
-def score_anchor_only_models(store: Any, benchmark: str) -> AnchorOnlyScores:
+def score_anchor_only_models(store: Store, benchmark: str) -> AnchorOnlyScores:
     """Score every stored model of ``benchmark`` with anchor answers and no full score, with the current
     champion (an upsert keyed by model and anchor set: running it twice changes nothing). The answers
     read are the anchors' and, when the champion has a probe plan, any of its pool's (each newcomer's probe

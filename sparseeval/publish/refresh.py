@@ -17,11 +17,14 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparseeval.core.settings import JOINT, SETTINGS, RefreshSettings
 from sparseeval.estimate.artifact import FORMAT_VERSION
 from sparseeval.estimate.selfcheck import CutFigures
+
+if TYPE_CHECKING:  # annotations only
+    from sparseeval.data.store import Store
 
 #: the checks a proposal must pass before it may be published, and what each asks
 PUBLISH_CHECKS: dict[str, str] = {
@@ -86,7 +89,7 @@ def joint_data_version(versions: Mapping[str, str]) -> str:
     return hashlib.sha256("|".join(f"{b}={v}" for b, v in sorted(versions.items())).encode()).hexdigest()[:16]
 
 
-def stale_benchmarks(store: Any, fit_settings: Mapping[str, Any], *, skip: Sequence[str] = ()
+def stale_benchmarks(store: Store, fit_settings: Mapping[str, Any], *, skip: Sequence[str] = ()
                      ) -> dict[str, tuple[str, str]]:
     """Benchmarks whose refresh would do something: ``benchmark -> (request key, reason)``.
 
@@ -107,7 +110,7 @@ def stale_benchmarks(store: Any, fit_settings: Mapping[str, Any], *, skip: Seque
     return out
 
 
-def up_to_date(store: Any, benchmark: str, key: str) -> dict[str, Any] | None:
+def up_to_date(store: Store, benchmark: str, key: str) -> dict[str, Any] | None:
     """The decision already made for ``key`` when it is ``benchmark``'s latest one and no publication
     is pending; None when the refresh must run."""
     decision = store.latest_decision(benchmark)

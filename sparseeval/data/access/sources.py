@@ -47,9 +47,7 @@ class DataSource:
 
     def metrics(self, benchmark: str) -> dict[str | None, int]:
         """The metrics ``benchmark``'s responses were scored by, with their number of runs."""
-        return dict(self.store.query("SELECT metric, count(*) FROM current_runs WHERE benchmark = $b "
-                                     "AND kind = 'responses' GROUP BY metric ORDER BY 2 DESC",
-                                     {"b": benchmark}).rows())
+        return self.store.response_metrics(benchmark)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,8 @@ One concern per module: :mod:`.connection` (write transactions, the read-only sn
 read by DuckDB), :mod:`.ingest` (units -> runs -> rows, supersede / merge / conflict rules),
 :mod:`.reading` (frames for the matrix, counts), :mod:`.results` (anchor sets, evaluations,
 predictions), :mod:`.publications` (fit decisions and publication steps), :mod:`.hub` (Hub repos' ingested
-commits), :mod:`.history` (what a refresh reads back of its own history).
+commits), :mod:`.history` (what a refresh reads back of its own history), :mod:`.health` (what
+``sparseeval doctor`` checks and repairs, below the store's API).
 """
 
 from __future__ import annotations

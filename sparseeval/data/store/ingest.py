@@ -121,6 +121,12 @@ class Ingesting(Connections):
         report.publish_error = self.last_publish_error if self.snapshot else None
         return report
 
+    def ingested_hashes(self) -> set[str]:
+        """The SHA-256 of every unit stored (ingested ``ok`` or ``partial``): a unit with one of these
+        hashes would be skipped as already ingested (what the pipeline's new-results sensor asks)."""
+        return set(self.query("SELECT DISTINCT sha256 FROM ingests WHERE status IN ('ok', 'partial')")
+                   .get_column("sha256").to_list())
+
     def _ingest_paths(self, paths: Iterable[str | Path], reader: Reader | None, report: IngestReport,
                       progress: Callable[[FileReport], None] | None) -> None:
         for path in paths:

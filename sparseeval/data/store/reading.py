@@ -99,6 +99,12 @@ class Reading(Connections):
         out["runs"] = int(total)
         return out
 
+    def response_metrics(self, benchmark: str) -> dict[str | None, int]:
+        """The metrics ``benchmark``'s current responses were scored by (None: a run that names none),
+        with their number of runs, most runs first."""
+        return dict(self.query("SELECT metric, count(*) FROM current_runs WHERE benchmark = $b "
+                               "AND kind = 'responses' GROUP BY metric ORDER BY 2 DESC", {"b": benchmark}).rows())
+
     def data_version(self, benchmark: str) -> str:
         """A fingerprint of the benchmark's current data: its current runs (ids and row counts) and
         scores. It changes exactly when ingest adds, replaces or supersedes something of this

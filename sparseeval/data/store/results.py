@@ -150,6 +150,17 @@ class ResultWriters(Connections):
                            {"b": benchmark})
         return self.anchor_set(int(found.item())) if found.height else None
 
+    def champion_count(self, benchmark: str) -> int:
+        """How many anchor sets of ``benchmark`` hold the role ``champion``: 1 or 0 in a sound store (the
+        publish audit reports any more)."""
+        return int(self.query("SELECT count(*) FROM anchor_sets WHERE benchmark = $b AND role = 'champion'",
+                              {"b": benchmark}).item())
+
+    def anchor_set_roles(self, benchmark: str) -> dict[int, str | None]:
+        """The role of every anchor set of ``benchmark`` (``candidate``, ``champion``...), by anchor set id."""
+        rows = self.query("SELECT anchor_set_id, role FROM anchor_sets WHERE benchmark = $b", {"b": benchmark})
+        return {int(i): role for i, role in rows.iter_rows()}
+
     def anchor_sets_by_role(self, benchmark: str, role: str | None, *, unregistered: bool = False,
                             origin: str | None = None, data_version: str | None = None) -> list[int]:
         """Ids (ascending) of ``benchmark``'s anchor sets with ``role`` (any when None), optionally only

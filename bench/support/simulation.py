@@ -30,7 +30,7 @@ coverage checked against a stale alpha) otherwise passes as "a decision recorded
 
 A killed run is a process of its own, forked from a server that imported Dagster and the pipeline
 once (:func:`killable_runs`, multiprocessing's ``forkserver``), so six kills cost six refreshes, not
-six interpreter start-ups that import the world. ``python -m tests.simulation run-one CONFIG JOB
+six interpreter start-ups that import the world. ``python -m bench.support.simulation run-one CONFIG JOB
 [PARTITION]`` runs the same code from a shell.
 """
 
@@ -553,7 +553,7 @@ def killable_runs() -> multiprocessing.context.ForkServerContext:
     larger part of a killed run. Why not ``fork`` from this process: it holds DuckDB, SQLite and torch
     thread state that a child must not inherit; the server has run no code but imports."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["tests.simulation", "pipelines.definitions"])
+    context.set_forkserver_preload(["bench.support.simulation", "pipelines.definitions"])
     return context
 
 
