@@ -30,9 +30,9 @@ import polars as pl
 
 from pipelines.partitions import benchmark_of, benchmark_partitions
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
-from sparseeval.data.access.hub_sources import HubFetcher
+from sparseeval.data.access.ingesting import ingest_sources
 from sparseeval.data.matrix import EmptyMatrixError, ResponseMatrix
-from sparseeval.data.store import IngestReport, Store
+from sparseeval.data.store import Store
 from sparseeval.estimate.methods.joint import JOINT_METHOD
 from sparseeval.publish.comparison import compare_methods
 from sparseeval.publish.publishing import Publisher, published_path, score_anchor_only_models
@@ -71,20 +71,12 @@ def raw_results(context: dg.AssetExecutionContext, store: StoreResource, source:
     folders = source.folders()
     folder = ", ".join(map(str, folders)) or None
     db = store.store()
-    before = {b: db.data_version(b) for b in db.benchmarks()}
-    report = db.ingest(folders) if folders else IngestReport()
-    hub_sources = source.hub()
-    hub = HubFetcher(db, log=context.log.info, tasks=source.wanted_tasks()).refresh(hub_sources) if hub_sources else []
+    done = ingest_sources(db, folders, source.hub(), tasks=source.wanted_tasks(), log=context.log.info)
+    report, hub, after, changed = done.report, done.fetches, done.after, done.changed
     for fetch in hub:
         if fetch.error:
             context.log.warning("%s: %s", fetch.repo, fetch.error)
-    after = {b: db.data_version(b) for b in db.benchmarks()}
-    changed = sorted(b for b, v in after.items() if before.get(b) != v)
-    refused = [(f.file, f.reason or "") for f in report.files if f.status == "refused"]
-    refused += [(n.part, n.reason) for f in report.files for n in f.notes if n.status == "refused"]
-    refused += [(f"{fetch.repo}: {part}", reason) for fetch in hub for part, reason in fetch.refused]
-    skipped = [(f.file, f.reason or "") for f in report.files if f.status == "skipped"]
-    skipped += [(n.part, n.reason) for f in report.files for n in f.notes if n.status in ("skipped", "warning")]
+    refused, skipped = done.refused(), done.skipped()
     for file, reason in refused:
         context.log.warning("refused %s: %s", file, reason)
     context.log.info("ingest of %s: %d benchmark(s) changed: %s", folder, len(changed), ", ".join(changed) or "none")

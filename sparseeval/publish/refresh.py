@@ -78,6 +78,13 @@ def joint_key_settings(s: RefreshSettings, benchmarks: Sequence[str] | None = No
     return out if benchmarks is None else {**out, "benchmarks": list(benchmarks)}
 
 
+def joint_fit_key(versions: Mapping[str, str], s: RefreshSettings) -> str:
+    """The joint predictor's fit key over its benchmarks' data ``versions`` (benchmark -> data version, in
+    the joint's order): the one computation the refresh (from its matrices) and the sensor's question
+    (from the store) share, so both name the same state."""
+    return fit_key(joint_data_version(versions), joint_key_settings(s, list(versions)))
+
+
 def comparison_key(data_version: str, settings: Mapping[str, Any]) -> str:
     """The comparison's key: data version and the comparison settings (methods, Ks, seeds, split)."""
     return _digest({"data_version": data_version, "comparison": dict(settings)})

@@ -35,7 +35,7 @@ from sparseeval.estimate.selfcheck import METRICS, OWN_CUT, SelfCheck
 from sparseeval.estimate.splits import make_split
 from sparseeval.publish.champion import joint_baseline_maes, joint_crossfit_coverage, mean_guess_mae
 from sparseeval.publish.publishing import save_version
-from sparseeval.publish.refresh import Check, fit_key, joint_data_version, joint_key_settings
+from sparseeval.publish.refresh import Check, joint_data_version, joint_fit_key
 from sparseeval.publish.refresh_outcome import Candidate, JointReport, Log, Proposal, RefreshResult
 from sparseeval.publish.refresh_steps import Context, context, record_proposal, resume_gate, run_refresh
 from sparseeval.publish.selfcheck_reuse import measured_or_stored, selfcheck_setup
@@ -97,8 +97,9 @@ class _Joint:
         self.matrices, self.settings = matrices, settings
         self.k = min([settings.k, *(len(m.items) for m in matrices)])
         # what the fit sees, exactly: the data versions its matrices were built from (they travel with them)
-        self.version = joint_data_version({m.benchmark: m.data_version or m.digest() for m in matrices})
-        self.key = fit_key(self.version, joint_key_settings(settings, [m.benchmark for m in matrices]))
+        versions = {m.benchmark: m.data_version or m.digest() for m in matrices}
+        self.version = joint_data_version(versions)
+        self.key = joint_fit_key(versions, settings)
         store_versions = store.data_versions()
         self.behind = [f"{m.benchmark} (matrix at data version {m.data_version or '?'}, store at "
                        f"{store_versions.get(m.benchmark, '?')})" for m in matrices

@@ -25,7 +25,7 @@ from sparseeval.data.matrix import ResponseMatrix
 from sparseeval.data.store import Store
 from sparseeval.estimate.methods.joint import JOINT_METHOD
 from sparseeval.publish.comparison import ComparisonDue, compare_methods, comparison_due
-from sparseeval.publish.refresh import fit_key, joint_data_version, joint_key_settings
+from sparseeval.publish.refresh import joint_fit_key
 from sparseeval.publish.refresh_joint import joint_plan, refresh_joint, too_few_common
 from sparseeval.publish.refresh_outcome import Log, RefreshResult
 from sparseeval.publish.refresh_policy import refresh_benchmark
@@ -67,7 +67,7 @@ def joint_due(store: Store, settings: RefreshSettings, *, stale: Collection[str]
     waiting = [b for b in chosen if b in stale and not failed(b)]
     if waiting:
         return JointDue(False, "", f"waiting for the refresh of {', '.join(waiting)}", tuple(chosen))
-    key = fit_key(joint_data_version({b: versions[b] for b in chosen}), joint_key_settings(settings, chosen))
+    key = joint_fit_key({b: versions[b] for b in chosen}, settings)
     if decided == key:
         return JointDue(False, key, "the joint predictor is up to date with its benchmarks' data and the settings",
                         tuple(chosen))

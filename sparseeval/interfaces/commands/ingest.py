@@ -16,12 +16,14 @@ progress (exit 130).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
 from sparseeval.core import settings
 from sparseeval.core.errors import UsageError
-from sparseeval.data.access.hub_sources import HubFetcher, HubSource, RepoFetch, parse_source, parse_tasks
+from sparseeval.data.access.hub_sources import HubSource, RepoFetch, parse_source, parse_tasks
+from sparseeval.data.access.ingesting import ingest_sources
 from sparseeval.data.store import IngestReport, PublishInterrupted, Store, StoreError, default_db_path
 from sparseeval.interfaces.commands.arguments import writable_db
 from sparseeval.interfaces.progress import progress_bar
@@ -117,16 +119,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     local = [s for s in sources if isinstance(s, Path)]
     hub = [s for s in sources if isinstance(s, HubSource)]
-    fetches: list[RepoFetch] = []
+    tasks = args.hub_tasks if args.hub_tasks is not None else settings.SETTINGS["hub_tasks"].get()
     try:
         store = Store(args.db or default_db_path())
-        report = IngestReport()
-        if local:
-            with progress_bar("ingest", unit="unit") as tick:
-                report = store.ingest(local, progress=lambda entry: tick(f"{entry.status} {Path(entry.file).name}"))
-        if hub:  # download progress and refused parts of a repo's files go to stderr as they happen
-            tasks = args.hub_tasks if args.hub_tasks is not None else settings.SETTINGS["hub_tasks"].get()
-            fetches = HubFetcher(store, log=_stderr, tasks=parse_tasks(tasks)).refresh(hub, report_unchanged=True)
+        # download progress and refused parts of a repo's files go to stderr as they happen
+        with progress_bar("ingest", unit="unit") if local else contextlib.nullcontext(lambda _: None) as tick:
+            done = ingest_sources(store, local, hub, tasks=parse_tasks(tasks), log=_stderr, report_unchanged=True,
+                                  progress=lambda entry: tick(f"{entry.status} {Path(entry.file).name}"))
+        report, fetches = done.report, done.fetches
     except PublishInterrupted:
         print("interrupted after the unit in progress was stored: its snapshot will be refreshed by the next "
               "write or `sparseeval doctor --repair`; no further unit was read", file=sys.stderr)
