@@ -1,4 +1,5 @@
-"""The planted-bug list (``bench/mutants.py``) stays applicable to the code: every mutant's text is found
+"""The planted-bug list (``bench/planted_bugs.py``, run by ``bench/mutants.py``) stays applicable to the code:
+every mutant's text is found
 exactly once where it plants its bug, and the tests it runs exist. A refactor that moves the text
 silently retires a mutant; the full run then stops at it (it happened once: ``frontier-quantile-not-passed``
 after the self-check's call was reshaped). A renamed test retires it as surely: ``-k gates`` that selects
