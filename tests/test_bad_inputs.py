@@ -158,6 +158,7 @@ def test_corpus_is_big_enough() -> None:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.slow  # 30 stores filled and compared: make test runs it, make test-fast leaves it out
 def test_bad_input_is_refused_and_changes_nothing(case: str, seeded_store: Store, tmp_path: Path,
                                                   db_fingerprint) -> None:
     writer, expected = CASES[case]

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sparseeval.estimate.artifact import load_predictor
 from sparseeval.publish.publishing import Publisher, audit, record_decision
 from tests.test_lifecycle import PASSED, _world
 
 
+@pytest.mark.slow  # two fits and publications: make test runs it, make test-fast leaves it out
 def test_a_new_champion_takes_the_alias_and_the_folder_and_retires_the_old_one(tmp_path: Path) -> None:
     world = _world(tmp_path)
     store, tracking, predictors = world["store"], world["tracking"], tmp_path / "predictors"

@@ -122,6 +122,7 @@ def test_no_network_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert f.status == "failed" and "cannot reach the Hub" in f.error
 
 
+@pytest.mark.slow  # real Dagster runs: make test runs it, make test-fast leaves it out
 def test_sensor_requests_one_ingest_of_new_revisions_and_the_run_shows_what_was_fetched(
         hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import dagster as dg
@@ -310,6 +311,7 @@ def test_hf_token_is_the_only_credential_and_a_private_repo_says_which_token_it_
     assert kept == [] and not any(secret in line for line in logged)
 
 
+@pytest.mark.slow  # real Dagster runs: make test runs it, make test-fast leaves it out
 def test_the_daily_schedule_runs_the_ingest_job_that_fetches_only_a_new_revisions_files(
         hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The schedule's tick, then the job it names, run by Dagster on an instance (not the asset alone)."""

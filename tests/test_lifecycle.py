@@ -98,6 +98,7 @@ def test_a_publication_killed_at_any_step_converges_on_retry(tmp_path: Path, poi
     assert _versions(world) == ["1", "2"]
 
 
+@pytest.mark.slow  # fits and publications: make test runs it, make test-fast leaves it out
 def test_published_folder_is_a_link_swapped_whole_and_fit_refuses_it(tmp_path: Path) -> None:
     world = _world(tmp_path)
     Publisher(world["store"], world["tracking"], tmp_path / "predictors").publish_open("arc")
@@ -113,6 +114,7 @@ def test_published_folder_is_a_link_swapped_whole_and_fit_refuses_it(tmp_path: P
                                               .iterdir()) == before
 
 
+@pytest.mark.slow  # fits and publications: make test runs it, make test-fast leaves it out
 def test_a_plain_published_folder_is_adopted_and_stored_uris_follow(tmp_path: Path) -> None:
     """A published path written by an older layout (a real folder holding versions/): the first swap
     moves it into the versions area and rewrites the stored artifact_uri values that pointed into it."""

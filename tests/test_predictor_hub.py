@@ -86,6 +86,7 @@ def test_export_reads_the_hub_predictor(tmp_path: Path, hub) -> None:
     (lambda s: None, "hf://datasets/team/predictors", "no predictor.json in the repo's top folder"),
     (lambda s: None, "hf://team", "expected hf://ORG/REPO[@revision][/PATH]"),
 ])
+@pytest.mark.slow  # the Hub stand-in server per fault: make test runs it, make test-fast leaves it out
 def test_hub_faults_are_one_line(tmp_path: Path, hub, predictors, setup, source: str, message: str,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     setup(hub[0])

@@ -184,6 +184,7 @@ LEFT = {
         "calibration_frac=0.0 means no calibration (not fit's share)",
     ("bench/light_install.py", "lm_eval_folder"): "a bench's synthetic data seed",
     ("bench/scale.py", "generate"): "a bench's synthetic data seed",
+    ("bench/support/simulation.py", "__init__"): "the simulated deployment's own seed",
 }
 
 
@@ -378,6 +379,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # a copy of the code in a subprocess: make test runs it, make test-fast leaves it out
 def test_a_setting_declared_once_reaches_the_environment_resource_cli_keys_and_table(tmp_path: Path) -> None:
     """Adding a refresh setting is one edit: a field added to ``RefreshSettings`` (in a copy of the code) is read
     from its variable, refused naming it, a field of the Dagster resource, an option of the CLI, an entry of

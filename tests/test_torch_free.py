@@ -44,6 +44,7 @@ def light_predict(folder: Path, answers: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("method", sorted(set(available_methods()) - {"sparseeval-joint"}))
+@pytest.mark.slow  # a subprocess per method in the light environment: make test runs it, make test-fast leaves it out
 def test_every_method_predicts_without_torch(tmp_path: Path, method: str) -> None:
     responses, scores = irt_long(n_models=120, n_items=30, seed=3)
     art = fit_predictor(responses, scores, "toy", 5, method, seed=2, method_params=PARAMS.get(method))
@@ -59,6 +60,7 @@ def test_every_method_predicts_without_torch(tmp_path: Path, method: str) -> Non
 
 
 @pytest.mark.parametrize("name", ["toy-mlp", "joint"])
+@pytest.mark.slow  # a subprocess in the light environment: make test runs it, make test-fast leaves it out
 def test_version_1_folder_predicts_as_before(tmp_path: Path, name: str) -> None:
     """The numpy forward pass gives the predictions the torch one gave (recorded by the old release),
     and upgrading the folder to version 2 keeps them."""
@@ -93,6 +95,7 @@ def test_state_file_is_checked_against_predictor_json(tmp_path: Path) -> None:
         load_predictor(folder)
 
 
+@pytest.mark.slow  # subprocesses in the light environment: make test runs it, make test-fast leaves it out
 def test_store_commands_run_without_the_extras(tmp_path: Path) -> None:
     """ingest, sql and doctor in a process without pyarrow, pandas, torch...: DuckDB and Polars meet through
     the Arrow C stream; fit, evaluate and refresh name the extra they need."""

@@ -50,6 +50,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import dagster as dg
 import polars as pl
@@ -57,6 +58,7 @@ import polars as pl
 from pipelines.automation import comparison_sensor, joint_sensor, new_results_sensor, stale_benchmarks_sensor
 from pipelines.io_managers import MatrixIOManager
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
+from sparseeval.core.settings import SETTINGS
 from sparseeval.data.names import slug
 from sparseeval.data.store import Store
 from sparseeval.data.synthetic import SyntheticLeaderboard, generate_leaderboard, scrambled, write_leaderboard
@@ -254,24 +256,13 @@ class Simulation:
     @contextlib.contextmanager
     def _cli_settings(self) -> Any:
         """The simulated deployment's settings as the command line reads them (``$SPARSEEVAL_*``)."""
-        names = {"k": "SPARSEEVAL_K", "method": "SPARSEEVAL_METHOD", "seed": "SPARSEEVAL_SEED",
-                 "alpha": "SPARSEEVAL_ALPHA", "compare_methods": "SPARSEEVAL_COMPARE_METHODS",
-                 "compare_ks": "SPARSEEVAL_COMPARE_KS", "compare_seeds": "SPARSEEVAL_COMPARE_SEEDS",
-                 "joint_benchmarks": "SPARSEEVAL_JOINT_BENCHMARKS"}
-        wanted = {env: str(self.settings[name]) for name, env in names.items() if name in self.settings}
+        names = ("k", "method", "seed", "alpha", "compare_methods", "compare_ks", "compare_seeds", "joint_benchmarks")
+        wanted = {SETTINGS[name].env: str(self.settings[name]) for name in names if name in self.settings}
         wanted["SPARSEEVAL_DATA_DIR"] = str(self.root)
         # the MLflow store the resources use, named: an inherited $MLFLOW_TRACKING_URI would send the CLI elsewhere
         wanted["MLFLOW_TRACKING_URI"] = self.resources()["tracking"].config().resolved_tracking_uri
-        saved = {env: os.environ.get(env) for env in wanted}
-        os.environ.update(wanted)
-        try:
+        with mock.patch.dict(os.environ, wanted):  # restored afterwards, whatever the command did
             yield
-        finally:
-            for env, value in saved.items():
-                if value is None:
-                    os.environ.pop(env, None)
-                else:
-                    os.environ[env] = value
 
     def _anchor_only(self, day: int) -> list[str]:
         """A newcomer that ran only arc's published anchors (no full score)."""
