@@ -47,7 +47,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -55,49 +55,35 @@ from unittest import mock
 import dagster as dg
 import polars as pl
 
+from bench.support.invariants import Invariants
+from bench.support.simulation_days import (  # the calendar, importable from here too
+    ANCHOR_ONLY,
+    BAD_FILE,
+    BASE,
+    CLI_DAYS,
+    CYCLE,
+    KILL_DAY,
+    NEW_BENCHMARK,
+    NOISE_NEW,
+    NOISE_TURN,
+    QUIET,
+    RERUN,
+    SETTINGS_CHANGE,
+    DayReport,
+)
 from pipelines.automation import comparison_sensor, joint_sensor, new_results_sensor, stale_benchmarks_sensor
 from pipelines.io_managers import MatrixIOManager
 from pipelines.resources import SettingsResource, SourceResource, StoreResource, TrackingResource
 from sparseeval.core.settings import SETTINGS
-from sparseeval.data.names import slug
 from sparseeval.data.store import Store
 from sparseeval.data.synthetic import SyntheticLeaderboard, generate_leaderboard, scrambled, write_leaderboard
-from sparseeval.estimate.methods.joint import JOINT_METHOD
-from sparseeval.publish.publishing import FAILPOINTS, audit, leftovers
-from sparseeval.publish.tracking_registry import registered_versions
+from sparseeval.publish.publishing import FAILPOINTS
 
 SENSORS = (new_results_sensor, stale_benchmarks_sensor, comparison_sensor, joint_sensor)
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
-#: the cycle of special days (day % CYCLE); every other day brings new models
-CYCLE = 12
-NEW_BENCHMARK, RERUN, BAD_FILE, SETTINGS_CHANGE, NOISE_TURN, NOISE_NEW = 3, 5, 6, 7, 8, 9
-#: the day the first refresh that publishes is killed at every publication step boundary in turn: a
-#: champion replaced (arc's, with an anchor-only newcomer to score after it), not a first publication
-KILL_DAY = 5
-QUIET = {4, 11}
-CLI_DAYS = {2, 9}
-ANCHOR_ONLY = {5, 10}
-BASE = ("arc", "gsm8k", "drift")
 
 
-@dataclass
-class DayReport:
-    day: int
-    events: list[str]
-    runs: int
-    new_versions: int
-    seconds: float
-    violations: list[str] = field(default_factory=list)
-    #: requests the sensors made, before de-duplication
-    requests: int = 0
-    #: (job, partition, outcome) of every run (:func:`run_outcome`)
-    outcomes: list[tuple[str, str | None, str]] = field(default_factory=list)
-    #: the benchmarks (``sparseeval-joint`` for the joint predictor) whose champion publication finished
-    #: that day (DuckDB's ``publications``, step ``done``)
-    published: set[str] = field(default_factory=set)
-
-
-class Simulation:
+class Simulation(Invariants):
     """One simulated deployment under ``root`` (its own store, MLflow store, Dagster instance, source)."""
 
     def __init__(self, root: Path, *, days: int = 40, seed: int = 0, models_per_day: int = 4, k: int = 8,
@@ -343,143 +329,6 @@ class Simulation:
             self.instance.report_run_failed(record.dagster_run)
         self.kill_log.append((day, partition, point))
         return None
-
-    # --- invariants ------------------------------------------------------------------------------------
-
-    def violations(self, *, quiet: bool, versions_before: dict[str, int], day: int = 0,
-                   changed: set[str] | None = None) -> list[str]:
-        """Every invariant that does not hold after the day, as ``kind: detail``. ``changed``: the
-        benchmarks whose data or settings changed that day (None: every one)."""
-        db = self.store
-        with db.pinned():  # one state of the store for the whole day's check
-            found = self._violations(db, quiet=quiet, versions_before=versions_before)
-            found += self._agreement(db) + self._outcomes(db, day)
-        return found + self._requests(changed)
-
-    def expected_outcomes(self, job: str, partition: str | None, day: int) -> set[str]:
-        """What the day allows a run to end as (:func:`run_outcome`; never ``error``). An ingest is
-        rejected (its blocking check) exactly while the bad file stays in the source, every other file
-        ingested; a refresh of a benchmark of noise is rejected by the publishing checks (the
-        champion stays); any other refresh or joint fit publishes, or is rejected on a small population,
-        as a recorded decision."""
-        if job == "ingest":
-            return {"rejected"} if day >= BAD_FILE else {"succeeded"}
-        if job == "refresh" and (partition == "noisy" or (partition == "drift" and (day % CYCLE >= NOISE_TURN
-                                                                                    or day >= CYCLE))):
-            return {"rejected"}
-        return {"succeeded", "rejected"}
-
-    def _outcomes(self, db: Store, day: int) -> list[str]:
-        found = []
-        decided = dict(db.query("SELECT benchmark, arg_max(outcome, decided_at) FROM fit_decisions GROUP BY 1").rows())
-        for job, partition, outcome in self.last_results:
-            name = f"{job}{f' {partition}' if partition else ''}"
-            if outcome not in self.expected_outcomes(job, partition, day):
-                found.append(f"unexpected outcome: {name} {outcome}")
-            elif outcome == "rejected" and job != "ingest" and decided.get(partition or JOINT_METHOD) != "rejected":
-                found.append(f"unexpected outcome: {name} rejected, but DuckDB's last decision is "
-                             f"{decided.get(partition or JOINT_METHOD)}")
-        return found
-
-    def _requests(self, changed: set[str] | None) -> list[str]:
-        """Requests the sensors made for what did not change (counted before de-duplication)."""
-        if changed is None:
-            return []
-        joint = set(self.settings["joint_benchmarks"].split(","))
-        found = []
-        for (job, partition), n in sorted(self.requests.items(), key=str):
-            if job == "refresh" and partition not in {slug(b) for b in changed}:
-                found.append(f"request for an unchanged benchmark: refresh {partition} asked {n} time(s)")
-            elif job == "joint" and not joint & changed:
-                found.append(f"request for an unchanged benchmark: joint ({', '.join(sorted(joint))}) asked {n} "
-                             "time(s)")
-        return found
-
-    def _agreement(self, db: Store) -> list[str]:
-        """``audit()``'s invariant read directly, without the product's code: DuckDB's champion row, the
-        MLflow registry's ``champion`` alias and the published folder name one predictor (its content
-        hash), and a benchmark without a champion has neither alias nor folder."""
-        from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
-
-        from sparseeval.data.benchmarks import registered_model_name
-
-        client = MlflowClient(self.resources()["tracking"].config().resolved_tracking_uri)
-        predictors = Path(self.settings["predictor_dir"])
-        rows = db.query("SELECT benchmark, anchor_set_id, registry_version, artifact_uri FROM anchor_sets "
-                        "WHERE role = 'champion'").rows()
-        found = [f"disagreement (direct): {b} has {n} champions in DuckDB"
-                 for b, n in Counter(r[0] for r in rows).items() if n > 1]
-        champions = {r[0]: r for r in rows}
-        for bench in [*db.benchmarks(), "sparseeval-joint"]:
-            try:
-                alias = client.get_model_version_by_alias(registered_model_name(bench), "champion")
-            except MlflowException:
-                alias = None
-            folder = predictors / slug(bench)
-            if bench not in champions:
-                if alias is not None or folder.exists():
-                    found.append(f"disagreement (direct): {bench} has no champion in DuckDB, but alias "
-                                 f"{alias.version if alias else None}, folder {folder.exists()}")
-                continue
-            _, set_id, version, artifact = champions[bench]
-            expected = json.loads((Path(artifact) / "predictor.json").read_text())["content_hash"]
-            served = json.loads((folder / "predictor.json").read_text())["content_hash"] if folder.exists() else None
-            if alias is None or str(alias.version) != str(version) or alias.tags.get("content_hash") != expected:
-                found.append(f"disagreement (direct): {bench} champion #{set_id} is version {version} "
-                             f"({expected[:19]}), the alias is {alias.version if alias else None} "
-                             f"({alias.tags.get('content_hash', '')[:19] if alias else ''})")
-            if served != expected or folder.resolve() != Path(artifact).resolve():
-                found.append(f"disagreement (direct): {bench} folder serves {served and served[:19]} from "
-                             f"{folder.resolve()}, the champion is {expected[:19]} in {artifact}")
-        return found
-
-    def _violations(self, db: Store, *, quiet: bool, versions_before: dict[str, int]) -> list[str]:
-        found: list[str] = []
-        tracking = self.resources()["tracking"].config()
-        predictors = Path(self.settings["predictor_dir"])
-        benchmarks = [*db.benchmarks(), "sparseeval-joint"]
-        for bench in benchmarks:
-            found += [f"disagreement: {p}" for p in audit(db, tracking, predictors, bench)]
-        stale = db.query("SELECT benchmark, anchor_set_id, role FROM anchor_sets WHERE role IN "
-                         "('candidate', 'proposed')")
-        found += [f"stale proposal: {r['benchmark']} #{r['anchor_set_id']} is still {r['role']}"
-                  for r in stale.iter_rows(named=True)]
-        found += [f"orphan file: {p}" for p in [*leftovers(predictors), *db.temp_files()]]
-        versions = {b: len(registered_versions(tracking, benchmark=b)) for b in benchmarks}
-        if quiet:
-            if self.last_results:
-                found.append(f"run on a quiet day: {len(self.last_results)} run(s) {self.last_results}")
-            found += [f"new registry version on a quiet day: {b} {versions_before.get(b, 0)} -> {n}"
-                      for b, n in versions.items() if n != versions_before.get(b, 0)]
-        for bench in db.benchmarks():
-            current = db.champion(bench)
-            if current is None:
-                continue
-            waiting = db.anchor_answers_without_score(bench, current["items"]).get_column("model").unique()
-            scored = set(db.query("SELECT model FROM predictions WHERE anchor_set_id = $i",
-                                  {"i": current["anchor_set_id"]}).get_column("model").to_list())
-            found += [f"anchor-only model without a prediction: {bench} {m}" for m in waiting if m not in scored]
-        found += self._append_only(db)
-        self.versions = versions
-        return found
-
-    def _append_only(self, db: Store) -> list[str]:
-        """The history views only grow: every row seen yesterday is still there today, unchanged."""
-        queries = {
-            "response_history": "SELECT DISTINCT run_id, model, benchmark FROM response_history",
-            "anchor_set_history": "SELECT anchor_set_id, benchmark, created_at FROM anchor_set_history",
-            "role_history": "SELECT anchor_set_id, old_role, new_role, reason, changed_at FROM role_history",
-            "publication_history": "SELECT publication_id, anchor_set_id, alias, created_at FROM publication_history",
-        }
-        found = []
-        for view, sql in queries.items():
-            rows = set(db.query(sql).rows())
-            lost = self.history.get(view, set()) - rows
-            if lost:
-                found.append(f"history rewritten: {view} lost {len(lost)} row(s), e.g. {sorted(lost)[0]}")
-            self.history[view] = rows
-        return found
 
     # --- the whole run -----------------------------------------------------------------------------
 
