@@ -1,9 +1,9 @@
 """The planted-bug list (``bench/planted_bugs.py``, run by ``bench/mutants.py``) stays applicable to the code:
 every mutant's text is found exactly once where it plants its bug, and the tests it runs exist. A refactor
-that moves the text silently retires a mutant; the full run then stops at it (it happened once: ``frontier-
-quantile-not-passed`` after the self-check's call was reshaped). A renamed test retires it as surely: ``-k
-gates`` that selects nothing passes, so the mutant would read "NOT CAUGHT" for a test that no longer exists,
-and a ``file::name`` that names no test makes pytest exit 4.
+that moves the text silently retires a mutant; the full run then stops at it (it happened once:
+``frontier-quantile-not-passed`` after the self-check's call was reshaped). A renamed test retires it as
+surely: ``-k gates`` that selects nothing passes, so the mutant would read "NOT CAUGHT" for a test that no
+longer exists, and a ``file::name`` that names no test makes pytest exit 4.
 
 So the tests are checked by name: each ``file::name`` must be a test of that file, and each selection
 (its ``-k`` and ``-m``, evaluated by pytest's own expression parser) must pick at least one. The tests
