@@ -23,9 +23,12 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparseeval.interfaces.commands.arguments import positive_int, writable_db
+
+if TYPE_CHECKING:  # annotations only: duckdb is imported when a query runs
+    from duckdb import DuckDBPyConnection
 
 SNAPSHOT_SUFFIX = ".snapshot.duckdb"  # the same as sparseeval.data.store.connection.SNAPSHOT_SUFFIX
 
@@ -105,7 +108,7 @@ def open_snapshot(db: Path | None) -> tuple[Any, Path]:
         raise SqlError(str(exc)) from exc
 
 
-def _connect_file(duckdb: Any, path: Path) -> Any:
+def _connect_file(duckdb: Any, path: Path) -> DuckDBPyConnection:
     try:
         con = duckdb.connect(str(path), read_only=True)
     except duckdb.Error as exc:
@@ -152,7 +155,7 @@ def view_descriptions() -> dict[str, str]:
     return out
 
 
-def list_views(con: Any) -> list[dict[str, Any]]:
+def list_views(con: DuckDBPyConnection) -> list[dict[str, Any]]:
     """Every view of the store: name, description (its DuckDB comment, else the SQL file's), columns."""
     rows = con.execute(
         "SELECT v.view_name, v.comment, list(c.column_name ORDER BY c.column_index) "
@@ -207,7 +210,7 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-def run_query(con: Any, query: str, *, fmt: str = "table", out: Any = None, parquet: Path | None = None,
+def run_query(con: DuckDBPyConnection, query: str, *, fmt: str = "table", out: Any = None, parquet: Path | None = None,
               max_rows: int = 100) -> int:
     """Run ``query`` (one or more statements) and write the last statement's result; the row count
     (-1 for the table view, which only renders what it shows)."""
