@@ -51,6 +51,7 @@ def test_source_forms() -> None:
         parse_source("hf://datasets/justone")
 
 
+@pytest.mark.slow  # the Hub stand-in server: make test runs it, make test-fast leaves it out
 def test_incremental_refresh_fetches_only_new_files_and_unchanged_costs_one_call(hub, tmp_path: Path) -> None:
     server, store, fetcher = hub
     sources = parse_sources("hf://datasets/team/evals,hf://datasets/team/*-details")
@@ -170,6 +171,7 @@ def test_sensor_requests_one_ingest_of_new_revisions_and_the_run_shows_what_was_
                for repo in ("team/evals", "team/model-7b-details", "team/model-v2-details"))
 
 
+@pytest.mark.slow  # the Hub stand-in server: make test runs it, make test-fast leaves it out
 def test_cli_ingests_repos_and_folders_reports_unchanged_and_one_line_per_failed_repo(
         hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from sparseeval.interfaces.cli import main
@@ -249,6 +251,7 @@ def _resolved(server: HubServer) -> set[str]:
             if c.startswith("GET ") and "/resolve/" in c}
 
 
+@pytest.mark.slow  # the Hub stand-in server: make test runs it, make test-fast leaves it out
 def test_wanted_tasks_download_only_their_files_and_a_widened_list_fetches_the_rest(hub, tmp_path: Path) -> None:
     """SPARSEEVAL_HUB_TASKS: a v1 details repo holds every task of a run; only the wanted tasks' parquet
     files and the aggregate results come. A wanted task the repo lacks is said, not passed over. Widening

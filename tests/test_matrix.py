@@ -173,6 +173,7 @@ def _odd_parquet(folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("source", ["small_long_dir", "odd"])
+@pytest.mark.slow  # two stores filled from large parquet: make test runs it, make test-fast leaves it out
 def test_bulk_parquet_path_stores_what_the_validator_path_stores(source: str, request: pytest.FixtureRequest,
                                                                  tmp_path: Path) -> None:
     """``Store.ingest`` checks clean parquet in SQL and inserts it set-wise; a custom reader forces the
