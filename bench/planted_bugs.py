@@ -365,7 +365,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/publish/refresh.py",
              '                                    **({"to_publish_anyway": FRONTIER_OVERRIDE} '
              'if silent else {}),\n', ""),),
-           (PROBE_REFRESH,)),
+           (POLICY, "-k", "how_to_publish_knowingly")),
     Mutant("store-newcomers-ignore-probe", "a champion with a probe scores the store's newcomers from their anchors "
            "alone, though they ran their probe's items too",
            (("sparseeval/publish/publishing.py", "[*artifact.anchor_item_ids, *(plan.items if plan else ())]",
