@@ -80,7 +80,7 @@ def pytest_collection(session: pytest.Session) -> Generator[None, object, object
 #: the longest test files, started first: under ``-n 2 --dist loadfile`` (``make test``) one worker
 #: plays the simulated days while the other runs everything else, instead of both finishing on them
 LONGEST_FIRST = ("test_simulation.py", "test_serve.py", "test_lm_eval_probe.py", "test_daemon.py",
-                 "test_lm_eval_task.py", "test_pipeline.py")
+                 "test_lm_eval_task.py", "test_pipeline.py", "test_pipeline_joint.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,25 +1,22 @@
-"""The served mode, run for real: Postgres, then the MLflow tracking server, the Dagster code server,
-webserver and daemon under supervisord, started by ``python -m sparseeval.interfaces.serve`` (what ``make
-serve`` runs), on free ports in a temporary data folder; MLflow exposed on 127.0.0.2 (so with its
-basic-auth app), everything else on 127.0.0.1.
+"""The served mode, run for real: Postgres, then the MLflow tracking server, the Dagster code server, webserver and
+daemon under supervisord, started by ``python -m sparseeval.interfaces.serve`` (what ``make serve`` runs), on free
+ports in a temporary data folder; MLflow on 127.0.0.2 (so with its basic-auth app), the rest on 127.0.0.1.
 
-A result folder dropped into the source travels the daemon's sensor chain (ingest, the changed
-partitions, the joint predictor); while a refresh runs, the daemon and then the MLflow server are
-SIGKILLed, supervisord brings each back (measured: seconds until the daemon heartbeats again and
-until a new MLflow server answers, its killed predecessor's uvicorn child ended), and the chain
-completes with no run lost. The outcome is read through the services' own interfaces: the
-webserver's GraphQL API, the MLflow server's REST API (with a login), the ``runs`` table in
-Postgres and ``supervisorctl``. Then the bind addresses and the secrets are checked, and finally
-everything is stopped while a run is in flight, and the run records are read back from the
-cluster. Last, the services start on an external Postgres server (a separate cluster the test
-runs, password login over TCP), keep their state in it, and leave it running when stopped.
+A result folder dropped into the source travels the daemon's sensor chain (ingest, the changed partitions, the joint
+predictor); while a refresh runs, the daemon and then the MLflow server are SIGKILLed, supervisord brings each back
+(measured: seconds until the daemon heartbeats again and until a new MLflow server answers, its killed predecessor's
+uvicorn child ended), and the chain completes with no run lost. The outcome is read through the services' own
+interfaces: the webserver's GraphQL API, the MLflow server's REST API (with a login), the ``runs`` table in Postgres
+and ``supervisorctl``. Then the bind addresses and the secrets are checked, and finally everything is stopped while
+a run is in flight, and the run records are read back from the cluster. Last, the services start on an external
+Postgres server (a separate cluster the test runs, password login over TCP), keep their state in it, and leave it
+running when stopped.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import ipaddress
 import json
 import os
 import re
@@ -37,7 +34,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.support.served import back_after_sigkill, daemon_heartbeats_since, mlflow_answers, process_tree
+from bench.support.served import (
+    back_after_sigkill,
+    daemon_heartbeats_since,
+    listening_ports,
+    mlflow_answers,
+    process_tree,
+    run_partition,
+    runs_of_job,
+)
 from sparseeval.interfaces.serve import bootstrap as serve
 from sparseeval.interfaces.serve.drain import graphql
 from sparseeval.interfaces.serve.supervisor import SERVICES, rpc, supervisord_pid, sweep
@@ -45,7 +50,7 @@ from sparseeval.interfaces.serve.supervisor import SERVICES, rpc, supervisord_pi
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-#: two benchmarks of tests/test_pipeline.py's joint fixture (their checks pass at K=8): their two refresh
+#: two benchmarks of tests/test_pipeline_joint.py's fixture (their checks pass at K=8): their two refresh
 #: runs at once (max_concurrent_runs: 2)
 BENCHMARK_ITEMS = {"arc": 60, "mmlu": 60}
 BENCHMARKS = sorted(BENCHMARK_ITEMS)
@@ -225,14 +230,6 @@ def served() -> Iterator[Served]:
                 signal.signal(sig, handler)
 
 
-def _by_job(runs: list[dict], job: str) -> list[dict]:
-    return [r for r in runs if r["jobName"] == job]
-
-
-def _partition(run: dict) -> str | None:
-    return next((t["value"] for t in run["tags"] if t["key"] == "dagster/partition"), None)
-
-
 #: a bound far above the measured figures (~4 s daemon, ~9 s MLflow on two loaded cores, printed
 #: below and by bench/serve.py): the test asserts that each comes back, the bench says how fast
 BACK_WITHIN_S = 60.0
@@ -243,7 +240,7 @@ def test_killed_services_come_back_and_the_chain_publishes_through_them(served: 
 
     # while a refresh runs: the daemon, then the MLflow server die (SIGKILL); supervisord restarts each
     def refresh_started(runs: list[dict]) -> dict | None:
-        return next((r for r in _by_job(runs, "refresh") if r["status"] == "STARTED"), None)
+        return next((r for r in runs_of_job(runs, "refresh") if r["status"] == "STARTED"), None)
 
     running = served.wait("a refresh run to start", refresh_started)
     others = {n: served.pid(n) for n in ("code_server", "webserver")}
@@ -260,18 +257,18 @@ def test_killed_services_come_back_and_the_chain_publishes_through_them(served: 
     assert "launch mlflow: ended pid" in served.supervisorctl("tail", "-20000", "mlflow")  # the orphaned uvicorn, ended
 
     def chain_done(runs: list[dict]) -> bool:  # the comparison is its own job, after each refresh
-        return bool(_by_job(runs, "joint")) and len(_by_job(runs, "compare")) == len(BENCHMARKS) \
+        return bool(runs_of_job(runs, "joint")) and len(runs_of_job(runs, "compare")) == len(BENCHMARKS) \
             and all(r["status"] in TERMINAL for r in runs)
 
     runs = served.wait("ingest -> refresh x2 -> joint, compare x2", chain_done)
-    assert [r["status"] for r in _by_job(runs, "ingest")] == ["SUCCESS"]  # the restarts requested nothing twice
-    refreshes = _by_job(runs, "refresh")
-    assert sorted(_partition(r) for r in refreshes) == BENCHMARKS  # the changed partitions, once each
+    assert [r["status"] for r in runs_of_job(runs, "ingest")] == ["SUCCESS"]  # the restarts requested nothing twice
+    refreshes = runs_of_job(runs, "refresh")
+    assert sorted(run_partition(r) for r in refreshes) == BENCHMARKS  # the changed partitions, once each
     assert all(r["status"] == "SUCCESS" for r in refreshes), ([r["status"] for r in refreshes], served.errors())
     # the two partitions ran at once, each in its own process (the default run launcher)
     assert max(r["startTime"] for r in refreshes) < min(r["endTime"] for r in refreshes), \
-        [(_partition(r), r["startTime"], r["endTime"]) for r in refreshes]
-    assert [r["status"] for r in _by_job(runs, "joint")] == ["SUCCESS"], served.errors()
+        [(run_partition(r), r["startTime"], r["endTime"]) for r in refreshes]
+    assert [r["status"] for r in runs_of_job(runs, "joint")] == ["SUCCESS"], served.errors()
     # the run under way when the daemon died lives in the code server's process tree: it finished
     pg = served.pg_runs()
     assert pg[running["runId"]] == ("refresh", "SUCCESS")
@@ -310,36 +307,9 @@ def test_killed_services_come_back_and_the_chain_publishes_through_them(served: 
     assert champions == {*BENCHMARKS, JOINT_NAME}
 
 
-def _listening(pids: set[int]) -> dict[int, str]:
-    """port -> IPv4 host of every TCP socket in LISTEN state that one of ``pids`` holds (read from
-    /proc: the sockets' inodes in the processes' fds, their addresses in /proc/net/tcp{,6})."""
-    inodes = set()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                with contextlib.suppress(OSError):
-                    if (target := os.readlink(fd)).startswith("socket:["):
-                        inodes.add(target[8:-1])
-    out = {}
-    for table, width in (("tcp", 4), ("tcp6", 16)):
-        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
-                continue
-            hexhost, hexport = fields[1].split(":")
-            raw = bytes.fromhex(hexhost)
-            # the kernel prints each 32-bit word in host (little-endian) order
-            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, width, 4))
-            ip = ipaddress.ip_address(packed)
-            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:  # gRPC: [::ffff:127.0.0.1]
-                ip = ip.ipv4_mapped
-            out[int(hexport, 16)] = str(ip)
-    return out
-
-
 def test_binds_loopback_asks_mlflow_for_a_login_and_keeps_the_secrets(served: Served) -> None:
     state = served.state
-    listening = _listening(process_tree(set(served.pids().values())))
+    listening = listening_ports(process_tree(set(served.pids().values())))
     ports = {"webserver": served.ports["dagster"], "mlflow": served.ports["mlflow"],
              "postgres": state["ports"]["postgres"], "code_server": state["ports"]["code_server"]}
     assert set(ports.values()) <= set(listening), (ports, listening)
@@ -389,7 +359,7 @@ def test_stop_with_a_run_in_flight_keeps_every_record(served: Served) -> None:
     _drop(served.source, "late", suffix="-late")  # new arc models: an ingest, then arc's refresh
 
     def refresh_started(runs: list[dict]) -> dict | None:
-        return next((r for r in _by_job(runs, "refresh") if r["runId"] not in before and r["status"] == "STARTED"),
+        return next((r for r in runs_of_job(runs, "refresh") if r["runId"] not in before and r["status"] == "STARTED"),
                     None)
 
     in_flight = served.wait("the new refresh to start", refresh_started)

@@ -1,10 +1,12 @@
-"""The served stack's helpers that ``tests/test_serve.py`` and ``bench/serve.py`` share: a process
-tree read from /proc, a supervised service SIGKILLed and timed until it is back, and the probes that
-say a service answers again (the daemons heartbeat, MLflow's health endpoint)."""
+"""The served stack's helpers that ``tests/test_serve.py`` and ``bench/serve.py`` share: a process tree and
+its listening ports read from /proc, a supervised service SIGKILLed and timed until it is back, the probes
+that say a service answers again (the daemons heartbeat, MLflow's health endpoint), and the webserver's runs
+by job and partition."""
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
 import time
@@ -64,3 +66,40 @@ def daemon_heartbeats_since(webserver_port: int, killed_at: float) -> bool:
 def mlflow_answers(host: str, port: int) -> bool:
     with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=1) as r:
         return r.read() == b"OK"
+
+
+def listening_ports(pids: set[int]) -> dict[int, str]:
+    """port -> IPv4 host of every TCP socket in LISTEN state that one of ``pids`` holds (read from
+    /proc: the sockets' inodes in the processes' fds, their addresses in /proc/net/tcp{,6})."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if (target := os.readlink(fd)).startswith("socket:["):
+                        inodes.add(target[8:-1])
+    out = {}
+    for table, width in (("tcp", 4), ("tcp6", 16)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            hexhost, hexport = fields[1].split(":")
+            raw = bytes.fromhex(hexhost)
+            # the kernel prints each 32-bit word in host (little-endian) order
+            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, width, 4))
+            ip = ipaddress.ip_address(packed)
+            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:  # gRPC: [::ffff:127.0.0.1]
+                ip = ip.ipv4_mapped
+            out[int(hexport, 16)] = str(ip)
+    return out
+
+
+def runs_of_job(runs: list[dict], job: str) -> list[dict]:
+    """The webserver's runs (GraphQL ``runsOrError`` results) of ``job``."""
+    return [r for r in runs if r["jobName"] == job]
+
+
+def run_partition(run: dict) -> str | None:
+    """A webserver run's partition (its ``dagster/partition`` tag), None when unpartitioned."""
+    return next((t["value"] for t in run["tags"] if t["key"] == "dagster/partition"), None)
