@@ -45,10 +45,6 @@ class SourcesIngested:
         return out + [(n.part, n.reason) for f in report.files for n in f.notes if n.status in ("skipped", "warning")]
 
 
-def _versions(store: Store) -> dict[str, str]:
-    return {b: store.data_version(b) for b in store.benchmarks()}
-
-
 def ingest_sources(store: Store, local: Sequence[Path], hub: Sequence[HubSource], *, tasks: Sequence[str] = (),
                    log: Callable[[str], None] = lambda _m: None,
                    progress: Callable[[FileReport], None] | None = None,
@@ -57,8 +53,8 @@ def ingest_sources(store: Store, local: Sequence[Path], hub: Sequence[HubSource]
     new files (``tasks``: only these tasks' files; ``log``: the fetch's messages as they happen). A fault in a
     Hub repo is that repo's (its fetch says so); a store error or an interrupt propagates, with what was
     stored before it kept."""
-    before = _versions(store)
+    before = store.data_versions()  # one query, not one per benchmark
     report = store.ingest(list(local), progress=progress) if local else IngestReport()
     fetches = HubFetcher(store, log=log, tasks=tasks).refresh(list(hub), report_unchanged=report_unchanged) \
         if hub else []
-    return SourcesIngested(report, fetches, before, _versions(store))
+    return SourcesIngested(report, fetches, before, store.data_versions())

@@ -91,6 +91,13 @@ def add_setting_arguments(parser: argparse.ArgumentParser, *names: str, helps: M
                             metavar=name.rsplit("_", 1)[-1].upper(), help=f"{text}; {settings.overrides(name)}")
 
 
+
+def settings_epilog(*names: str) -> str:
+    """A command's ``--help`` epilog: the variables of the settings ``names`` (:func:`settings.describe`), which
+    its options override."""
+    return "environment variables (the options above override them):\n" + settings.describe(*names)
+
+
 def settings_from(args: argparse.Namespace, *names: str) -> settings.RefreshSettings:
     """The refresh settings the options ``names`` set, each unset one from its variable (or its default)."""
     return settings.RefreshSettings.from_environment(

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from sparseeval.core import settings
 from sparseeval.core.errors import UsageError
 from sparseeval.estimate.predicting import compare
-from sparseeval.interfaces.commands.arguments import add_output_arguments, existing_path
+from sparseeval.interfaces.commands.arguments import add_output_arguments, existing_path, settings_epilog
 from sparseeval.interfaces.commands.output import to_stdout, write_records
 from sparseeval.interfaces.commands.predict import (
     add_predictor_arguments,
@@ -66,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("compare", help="paired comparison of two models from their anchor answers",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="environment variables (the options above override them):\n"
-                                     + settings.describe("predictors"))
+                              epilog=settings_epilog("predictors"))
     add_predictor_arguments(p, many=False)
     p.add_argument("--answers", type=existing_path, action="append", required=True, metavar="PATH",
                    help="answers of both models (lm-eval output folder or long table); repeatable")

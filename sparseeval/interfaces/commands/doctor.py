@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sparseeval.data.store.connection import Connections, StorePathError, default_db_path
 from sparseeval.data.store.health import PROBLEM, Check, check_store, repair_store
-from sparseeval.interfaces.commands.arguments import non_negative
+from sparseeval.interfaces.commands.arguments import non_negative, settings_epilog
 
 
 def print_checks(db: Path, checks: list[Check]) -> None:
@@ -69,8 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("doctor", help="check the store and its snapshot; --repair fixes the snapshot",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="environment variables (the options above override them):\n"
-                                     + settings.describe("db", "data_dir"))
+                              epilog=settings_epilog("db", "data_dir"))
     p.add_argument("--db", type=Path, default=None, metavar="FILE",
                    help="the store's DuckDB file (" + settings.overrides("db") + ", else <data dir>/sparseeval.duckdb)")
     p.add_argument("--repair", action="store_true", help="republish the snapshot and remove leftover temp files")

@@ -35,6 +35,7 @@ from sparseeval.interfaces.commands.arguments import (
     open_fraction,
     positive_int,
     seed,
+    settings_epilog,
 )
 from sparseeval.interfaces.commands.output import to_stdout, write_records
 from sparseeval.publish.report import print_table
@@ -142,8 +143,7 @@ def fraction_or_zero(text: str) -> float:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="compare anchor methods on held-out models",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="environment variables (the options above override them):\n"
-                              + settings.describe("method", "k", "device"))
+                       epilog=settings_epilog("method", "k", "device"))
     add_arguments(p)
     add_output_arguments(p, "one record per run")
     p.set_defaults(func=run)

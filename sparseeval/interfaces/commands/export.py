@@ -6,10 +6,9 @@ import argparse
 import shlex
 from pathlib import Path
 
-from sparseeval.core import settings
 from sparseeval.core.errors import UsageError
 from sparseeval.estimate.artifact import PredictorArtifact
-from sparseeval.interfaces.commands.arguments import positive_int
+from sparseeval.interfaces.commands.arguments import positive_int, settings_epilog
 from sparseeval.interfaces.commands.predict import add_predictor_arguments, load_predictors
 from sparseeval.interfaces.export import FORMATS, lm_eval_commands, probe_items_for, write_export
 
@@ -108,8 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export anchors as an lm-eval task folder, an lm-eval --samples file "
                                              "or CSV", description=DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="environment variables (the options above override them):\n"
-                                     + settings.describe("predictors", "data_dir"))
+                              epilog=settings_epilog("predictors", "data_dir"))
     add_predictor_arguments(p)
     p.add_argument("--format", choices=("lm-eval-task", *FORMATS, "model-card"), default="lm-eval",
                    help="lm-eval-task: a task folder for lm_eval --include_path (lm-eval prints the estimate); "

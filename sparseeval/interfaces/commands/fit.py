@@ -34,6 +34,7 @@ from sparseeval.interfaces.commands.arguments import (
     existing_path,
     open_fraction,
     setting_flags,
+    settings_epilog,
     settings_from,
 )
 from sparseeval.interfaces.commands.export import RUN_DIR
@@ -208,8 +209,7 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("fit", help="fit, calibrate and save a predictor for one benchmark (or a joint one)",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="environment variables (the options above override them):\n"
-                                     + settings.describe("method", "k", "seed", "device", "alpha",
+                              epilog=settings_epilog("method", "k", "seed", "device", "alpha",
                                                          "frontier_quantile", "frontier_silent_max", "probe_items",
                                                          "probe_batch", "probe_max", "probe_target", "probe_from",
                                                          "predictors",

@@ -25,7 +25,7 @@ from sparseeval.core.errors import UsageError
 from sparseeval.data.access.hub_sources import HubSource, RepoFetch, parse_source, parse_tasks
 from sparseeval.data.access.ingesting import ingest_sources
 from sparseeval.data.store import IngestReport, PublishInterrupted, Store, StoreError, default_db_path
-from sparseeval.interfaces.commands.arguments import writable_db
+from sparseeval.interfaces.commands.arguments import settings_epilog, writable_db
 from sparseeval.interfaces.progress import progress_bar
 
 DESCRIPTION = """\
@@ -55,8 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "ingest",
         help="ingest result files or folders (long tables, lm-eval output, lighteval, leaderboard details)",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="environment variables (the options above override them):\n"
-               + settings.describe("db", "data_dir", "hub_tasks", "duckdb_memory"),
+        epilog=settings_epilog("db", "data_dir", "hub_tasks", "duckdb_memory"),
     )
     parser.add_argument("paths", nargs="+", metavar="SOURCE",
                         help="files or folders to ingest, or Hub dataset repos: hf://datasets/ORG/REPO[@revision] "

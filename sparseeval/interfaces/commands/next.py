@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from sparseeval.core import settings
 from sparseeval.core.atomic import atomic_write_text
 from sparseeval.core.errors import UsageError
 from sparseeval.data.access.answers import read_answers
@@ -32,7 +31,13 @@ from sparseeval.estimate.artifact import PredictorArtifact
 from sparseeval.estimate.methods.joint import MEAN
 from sparseeval.estimate.predicting import answer_matrices, first_stage, prediction_outputs, probe_states
 from sparseeval.estimate.probe import ProbeState, plan_of
-from sparseeval.interfaces.commands.arguments import add_output_arguments, existing_path, non_negative, positive_int
+from sparseeval.interfaces.commands.arguments import (
+    add_output_arguments,
+    existing_path,
+    non_negative,
+    positive_int,
+    settings_epilog,
+)
 from sparseeval.interfaces.commands.output import to_stdout, write_records
 from sparseeval.interfaces.commands.predict import add_predictor_arguments, load_predictors
 
@@ -135,8 +140,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("next", help="adaptive anchors: what to run next, or whether the interval is narrow "
                                            "enough", description=DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="environment variables (the options above override them):\n"
-                                     + settings.describe("predictors"))
+                              epilog=settings_epilog("predictors"))
     add_predictor_arguments(p, many=False)
     p.add_argument("--answers", type=existing_path, action="append", required=True, metavar="PATH",
                    help="answers so far (lm-eval output folder, long table or item_id,correct CSV); repeatable")

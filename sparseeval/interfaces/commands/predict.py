@@ -31,6 +31,7 @@ from sparseeval.interfaces.commands.arguments import (
     add_benchmark_argument,
     add_output_arguments,
     existing_path,
+    settings_epilog,
     writable_db,
 )
 from sparseeval.interfaces.commands.output import to_stdout, write_records
@@ -249,8 +250,7 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("predict", help="predict full-benchmark scores from anchor answers",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="environment variables (the options above override them):\n"
-                                     + settings.describe("predictors", "data_dir", "db"))
+                              epilog=settings_epilog("predictors", "data_dir", "db"))
     add_predictor_arguments(p)
     p.add_argument("--answers", type=existing_path, action="append", required=True, metavar="PATH",
                    help="lm-eval output folder (--log_samples), long table (model, benchmark, item_id, "

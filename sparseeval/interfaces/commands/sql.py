@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparseeval.interfaces.commands.arguments import positive_int, writable_db
+from sparseeval.interfaces.commands.arguments import positive_int, settings_epilog, writable_db
 
 if TYPE_CHECKING:  # annotations only: duckdb is imported when a query runs
     from duckdb import DuckDBPyConnection
@@ -424,8 +424,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("sql", help="SQL on the store's read-only snapshot (one-shot or a prompt)",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog="environment variables (the options above override them):\n"
-                                     + settings.describe("db", "data_dir"))
+                              epilog=settings_epilog("db", "data_dir"))
     p.add_argument("query", nargs="?", default=None,
                    help="SQL to run ('-': read it from stdin); none: an interactive prompt")
     p.add_argument("--db", type=writable_db, default=None, metavar="FILE",
