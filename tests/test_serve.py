@@ -7,11 +7,8 @@ predictor); while a refresh runs, the daemon and then the MLflow server are SIGK
 (measured: seconds until the daemon heartbeats again and until a new MLflow server answers, its killed predecessor's
 uvicorn child ended), and the chain completes with no run lost. The outcome is read through the services' own
 interfaces: the webserver's GraphQL API, the MLflow server's REST API (with a login), the ``runs`` table in Postgres
-and ``supervisorctl``. Then the bind addresses and the secrets are checked, and finally everything is stopped while
-a run is in flight, and the run records are read back from the cluster. Last, the services start on an external
-Postgres server (a separate cluster the test runs, password login over TCP), keep their state in it, and leave it
-running when stopped.
-"""
+and ``supervisorctl``. Then the bind addresses and the secrets are checked; everything is stopped with a run in
+flight, and its records are read back from the cluster. Last, the services run on an external Postgres server."""
 
 from __future__ import annotations
 
@@ -39,6 +36,7 @@ from bench.support.served import (
     daemon_heartbeats_since,
     listening_ports,
     mlflow_answers,
+    process_line,
     process_tree,
     run_partition,
     runs_of_job,
@@ -367,7 +365,8 @@ def test_stop_with_a_run_in_flight_keeps_every_record(served: Served) -> None:
     out = served.cli("stop", "--grace", "0", timeout=180)
     assert "daemon       stopped" in out.stdout and "postgres     stopped" in out.stdout, out.stdout
     assert "killed" not in out.stdout, out.stdout  # every service stopped on SIGTERM
-    assert not any(serve.alive(p) for p in pids.values()) and supervisord_pid(served.lay) is None
+    left = {name: process_line(pid) for name, pid in pids.items() if serve.alive(pid)}
+    assert not left and supervisord_pid(served.lay) is None, (left, out.stdout)
     assert not (served.data / "postgres" / "cluster" / "postmaster.pid").exists()
     # read the records back from the cluster alone
     lay = serve.Layout(served.data)

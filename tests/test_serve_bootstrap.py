@@ -6,6 +6,8 @@
 * The launcher's sweep ends what a killed service left running, found by the marker in its
   environment (the uvicorn child of an ``mlflow server`` killed with SIGKILL kept port 5000), and
   nothing else.
+* A stop waits for the process itself to end, not for its pid file to go (``pg_ctl stop -w``
+  returned while the postmaster was still exiting, and a check right after ``serve stop`` saw it).
 * The generated supervisord.conf is one a real supervisord runs: ``supervisorctl status`` lists
   the four services, none started by supervisord itself, and the file holds no secret.
 """
@@ -89,6 +91,20 @@ def test_the_sweep_ends_what_a_killed_service_left_and_nothing_else(tmp_path: Pa
             proc.wait()
         if boot.alive(orphan):  # a sweep that missed it
             os.kill(orphan, signal.SIGKILL)
+
+
+def test_waiting_for_an_end_returns_when_the_process_has_ended_and_names_those_still_running() -> None:
+    ending = subprocess.Popen(["sleep", "0.5"])
+    staying = subprocess.Popen(["sleep", "30"])
+    try:
+        began = time.monotonic()
+        assert boot.wait_ended([ending.pid, None], timeout=10) == []
+        assert 0.4 < time.monotonic() - began < 5  # it waited for the end, and no longer
+        assert boot.wait_ended([staying.pid, ending.pid], timeout=0.3) == [staying.pid]
+    finally:
+        staying.kill()
+        for proc in (ending, staying):
+            proc.wait()
 
 
 def test_supervisord_runs_the_generated_config_and_supervisorctl_lists_the_services() -> None:

@@ -95,6 +95,16 @@ def listening_ports(pids: set[int]) -> dict[int, str]:
     return out
 
 
+def process_line(pid: int) -> str:
+    """A live process's state and command line, for a failure message that says what was left."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return f"pid {pid}: gone"
+    return f"pid {pid} ({state}): {cmd[:200]}"
+
+
 def runs_of_job(runs: list[dict], job: str) -> list[dict]:
     """The webserver's runs (GraphQL ``runsOrError`` results) of ``job``."""
     return [r for r in runs if r["jobName"] == job]

@@ -15,6 +15,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,18 @@ def alive(pid: int | None) -> bool:
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
     return fields[0] not in ("Z", "X")
+
+
+def wait_ended(pids: list[int | None], timeout: float) -> list[int]:
+    """Wait until every one of ``pids`` has ended; those still alive after ``timeout`` seconds.
+
+    Why: a stop that returns is read as "nothing is left" (a restart binds the same ports and files).
+    ``pg_ctl stop -w`` returns once the postmaster has removed its pid file, a moment *before* the process
+    has exited; on a loaded machine that moment was long enough for a check right after ``stop`` to see it."""
+    deadline = time.monotonic() + timeout
+    while (left := [p for p in pids if p and alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
 
 
 def _bound(port: int, host: str) -> socket.socket:
@@ -291,9 +304,13 @@ def postgres_pid(lay: Layout) -> int | None:
 
 
 def stop_postgres(lay: Layout) -> None:
+    """Stop the local cluster and return only once its postmaster has exited (not when the pid file goes)."""
+    pid = postgres_pid(lay)
     if (lay.cluster / "postmaster.pid").exists():
         _run(as_postgres([str(pg_bin() / "pg_ctl"), "-D", str(lay.cluster), "-m", "fast", "-w", "-t", "60", "stop"]),
              lay.logs / "postgres.log", what="pg_ctl stop")
+    if wait_ended([pid], 30):
+        raise ServeError(f"the postmaster (pid {pid}) is still running 30 s after pg_ctl stop; see {lay.logs}")
 
 
 # ------------------------------------------------------------------------------ the services' config

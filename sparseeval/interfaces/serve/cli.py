@@ -29,6 +29,7 @@ from sparseeval.interfaces.serve.supervisor import SERVICES, launch, rpc, start_
 
 #: the services supervisord starts together (each stage waits for the one before to answer)
 STAGES = (("mlflow", "code_server"), ("webserver", "daemon"))
+STOP_WAIT_S = 30.0  # how long a stopped process may take to exit before the stop says it is still running
 
 
 def _choose_ports(args: argparse.Namespace, old: dict[str, int], keep: set[str]) -> dict[str, int]:
@@ -187,12 +188,24 @@ def _killed(lay: boot.Layout, name: str, since: int) -> bool:
     return False
 
 
+def _service_pid(server: object, name: str) -> int | None:
+    """The pid supervisord runs ``name`` under (None when it is not running or supervisord cannot say)."""
+    try:
+        return server.getProcessInfo(name)["pid"] or None  # type: ignore[attr-defined]
+    except (xmlrpc.client.Fault, OSError):
+        return None
+
+
 def stop_services(lay: boot.Layout, grace: float, only: set[str] | None = None) -> int:
     """The daemon first, the runs drained, the other services, supervisord, any process left of them,
-    then the local Postgres (``only``: those alone, after a failed start)."""
+    then the local Postgres (``only``: those alone, after a failed start). Exit 1 when a process is
+    still running after its stop: a caller that restarts would otherwise race it for the ports."""
     state = boot.read_state(lay)
     log = lay.logs / "supervisord.log"
+    still_running = []
     if supervisord_pid(lay) is not None:
+        from supervisor.xmlrpc import Faults  # the serve extra's
+
         server = rpc(lay).supervisor
         for name in reversed(SERVICES):
             if only is not None and name not in only:
@@ -204,16 +217,24 @@ def stop_services(lay: boot.Layout, grace: float, only: set[str] | None = None) 
                         print(f"  {note}")
                 except Exception as e:  # the services are stopped regardless
                     print(f"  could not check in-flight runs: {type(e).__name__}: {e}")
-            with contextlib.suppress(xmlrpc.client.Fault):  # NOT_RUNNING: stopped already
+            pid = _service_pid(server, name)
+            try:
                 server.stopProcess(name, True)
-            print(f"  {name:<12} {'killed after SIGTERM timed out' if _killed(lay, name, since) else 'stopped'}",
-                  flush=True)
+            except xmlrpc.client.Fault as e:
+                if e.faultCode != Faults.NOT_RUNNING:  # anything but "stopped already" is said, not taken as stopped
+                    print(f"  {name:<12} supervisord could not stop it: {e.faultString}", flush=True)
+            if boot.wait_ended([pid], STOP_WAIT_S):
+                still_running.append(name)
+                print(f"  {name:<12} still running (pid {pid}) {STOP_WAIT_S:.0f} s after its stop", flush=True)
+            else:
+                print(f"  {name:<12} {'killed after SIGTERM timed out' if _killed(lay, name, since) else 'stopped'}",
+                      flush=True)
         if only is None or "supervisord" in only:
             pid = supervisord_pid(lay)
             server.shutdown()
-            deadline = time.monotonic() + 30
-            while pid and boot.alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
+            if boot.wait_ended([pid], STOP_WAIT_S):
+                still_running.append("supervisord")
+                print(f"  supervisord  still running (pid {pid}) {STOP_WAIT_S:.0f} s after its shutdown", flush=True)
     if only is None or "supervisord" in only:
         for pid in sweep(lay, SERVICES):
             print(f"  ended pid {pid}, left by a service")
@@ -223,7 +244,7 @@ def stop_services(lay: boot.Layout, grace: float, only: set[str] | None = None) 
     if only is None:
         state.pop("foreground", None)
         boot.write_state(lay, state)
-    return 0
+    return 1 if still_running else 0
 
 
 def stop(args: argparse.Namespace) -> int:
