@@ -114,8 +114,8 @@ def figures(est: np.ndarray, lo: np.ndarray, hi: np.ndarray, flagged: np.ndarray
 
 def from_preds(preds: list[Prediction], truth: np.ndarray) -> dict[str, float]:
     f = prediction_figures(preds, truth)
-    return {k: f[k] for k in ("mae", "bias", "coverage", "silent_misses", "probed")} | {
-        "items_mean": f["probe_items_mean"], "items_max": f["probe_items_max"]}
+    return {"mae": f.mae, "bias": f.bias, "coverage": f.coverage, "silent_misses": f.silent_misses,
+            "probed": f.probed, "items_mean": f.probe_items_mean, "items_max": f.probe_items_max}
 
 
 def one_run(responses: pl.DataFrame, scores: pl.DataFrame, bench: str, protocol: str, seed: int,
