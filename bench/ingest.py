@@ -94,10 +94,16 @@ def phase_ingest(workdir: Path) -> dict:
     files = str(workdir / "responses" / "*.parquet")
     t0 = time.perf_counter()
     con.begin()
-    con.execute("INSERT INTO ingests (ingest_id, file, sha256, format, status) "
-                "VALUES (nextval('ingest_id_seq'), ?, 'bench', 'long-parquet', 'ok')", [files]).fetchall()
-    n = con.execute(f"INSERT INTO responses SELECT model, benchmark, item_id, score, 1 "
-                    f"FROM read_parquet('{files}')").fetchall()[0][0]
+    ingest_id = con.execute("INSERT INTO ingests (ingest_id, file, sha256, format, status) "
+                            "VALUES (nextval('ingest_id_seq'), ?, 'bench', 'long-parquet', 'ok') RETURNING ingest_id",
+                            [files]).fetchall()[0][0]
+    # the store's layout: one current run per (model, benchmark), its rows in response_rows (``responses`` is
+    # the view of the current ones)
+    con.execute("INSERT INTO runs (run_id, ingest_id, model, benchmark, kind, n_rows) "
+                "SELECT nextval('run_id_seq'), ?, model, benchmark, 'responses', count(*) "
+                f"FROM read_parquet('{files}') GROUP BY model, benchmark", [ingest_id]).fetchall()
+    n = con.execute("INSERT INTO response_rows SELECT p.model, p.benchmark, p.item_id, p.score, r.run_id "
+                    f"FROM read_parquet('{files}') p JOIN runs r USING (model, benchmark)").fetchall()[0][0]
     con.execute("INSERT INTO items SELECT DISTINCT benchmark, item_id "
                 f"FROM read_parquet('{files}')").fetchall()
     con.execute("INSERT INTO models (model, family) SELECT DISTINCT model, split_part(model, '/', 1) "
@@ -143,7 +149,9 @@ def phase_matrix(workdir: Path) -> dict:
     from sparseeval.data.matrix import build_matrix
 
     t0 = time.perf_counter()
-    matrix = build_matrix(pl.scan_parquet(workdir / "responses" / "*.parquet"), None, MATRIX_BENCHMARK)
+    # the synthetic rows carry no reported score: each model's score is its items' mean, declared so
+    matrix = build_matrix(pl.scan_parquet(workdir / "responses" / "*.parquet"), None, MATRIX_BENCHMARK,
+                          row_mean_is_score=True)
     return _matrix_result(matrix, time.perf_counter() - t0)
 
 
@@ -154,7 +162,7 @@ def phase_matrix_store(workdir: Path) -> dict:
 
     t0 = time.perf_counter()
     responses, scores = Store(workdir / "store.duckdb").load_long(MATRIX_BENCHMARK, lazy=True)
-    matrix = build_matrix(responses, scores, MATRIX_BENCHMARK)
+    matrix = build_matrix(responses, scores, MATRIX_BENCHMARK, row_mean_is_score=True)  # as phase_matrix
     return _matrix_result(matrix, time.perf_counter() - t0)
 
 

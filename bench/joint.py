@@ -42,9 +42,12 @@ def table(runs: pl.DataFrame, baseline: str) -> pl.DataFrame:
 def markdown(t: pl.DataFrame, baseline: str) -> str:
     lines = [f"| benchmark | joint MAE | {baseline} MAE | ratio | joint tau | {baseline} tau | joint s/fit "
              f"| {baseline} s/fit |", "|---|---|---|---|---|---|---|---|"]
+    def sd(value: float | None) -> str:  # one seed has no spread (polars' std is null)
+        return "-" if value is None else f"{value:.2f}"
+
     for r in t.iter_rows(named=True):
-        lines.append(f"| {r['benchmark']} | {r['mae']:.2f} +- {r['mae_sd']:.2f} | {r['mae_base']:.2f} +- "
-                     f"{r['mae_sd_base']:.2f} | {r['ratio']:.2f} | {r['tau']:.3f} | {r['tau_base']:.3f} | "
+        lines.append(f"| {r['benchmark']} | {r['mae']:.2f} +- {sd(r['mae_sd'])} | {r['mae_base']:.2f} +- "
+                     f"{sd(r['mae_sd_base'])} | {r['ratio']:.2f} | {r['tau']:.3f} | {r['tau_base']:.3f} | "
                      f"{r['seconds']:.0f} | {r['seconds_base']:.0f} |")
     return "\n".join(lines)
 
