@@ -202,7 +202,7 @@ def stop_services(lay: boot.Layout, grace: float, only: set[str] | None = None) 
     still running after its stop: a caller that restarts would otherwise race it for the ports."""
     state = boot.read_state(lay)
     log = lay.logs / "supervisord.log"
-    still_running = []
+    still_running: list[str] = []
     if supervisord_pid(lay) is not None:
         from supervisor.xmlrpc import Faults  # the serve extra's
 
