@@ -416,6 +416,11 @@ MUTANTS: tuple[Mutant, ...] = (
            (("sparseeval/interfaces/serve/supervisor.py", 'group = "false" if name == "code_server" else "true"',
              'group = "true"'),),
            (SERVE,)),
+    Mutant("stop-returns-before-supervisord-exits", "serve stop returns while supervisord is still shutting down",
+           (("sparseeval/interfaces/serve/cli.py", "            if boot.wait_ended([pid], STOP_WAIT_S):\n"
+             "                still_running.append(\"supervisord\")", "            if False:\n"
+             "                still_running.append(\"supervisord\")"),),
+           (SERVE,)),
     Mutant("compose-port-on-all-interfaces", "docker-compose publishes the Dagster UI on every interface",
            (("docs/deploy/docker-compose.yml", '      - "127.0.0.1:3000:3000"', '      - "3000:3000"'),),
            ("tests/test_deploy_config.py", "-k", "compose")),

@@ -7,7 +7,8 @@
   environment (the uvicorn child of an ``mlflow server`` killed with SIGKILL kept port 5000), and
   nothing else.
 * A stop waits for the process itself to end, not for its pid file to go (``pg_ctl stop -w``
-  returned while the postmaster was still exiting, and a check right after ``serve stop`` saw it).
+  returned while the postmaster was still exiting, and a check right after ``serve stop`` saw it);
+  ``serve stop`` takes only supervisord's NOT_RUNNING as "stopped already".
 * The generated supervisord.conf is one a real supervisord runs: ``supervisorctl status`` lists
   the four services, none started by supervisord itself, and the file holds no secret.
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from sparseeval.interfaces.serve import bootstrap as boot
+from sparseeval.interfaces.serve.cli import stop_services
 from sparseeval.interfaces.serve.supervisor import (
     MARKER,
     SERVICES,
@@ -133,3 +135,22 @@ def test_supervisord_runs_the_generated_config_and_supervisorctl_lists_the_servi
             time.sleep(0.1)
         subprocess.run(["rm", "-rf", str(root)], check=False)
     assert not boot.alive(pid)
+
+
+def test_stop_takes_not_running_as_stopped_and_returns_once_supervisord_has_exited(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``serve stop`` on a real supervisord whose services were never started: each stop is answered
+    NOT_RUNNING, the one fault that means "stopped already"; supervisord has exited when it returns."""
+    root = Path(tempfile.mkdtemp(prefix="sev-stop-", dir="/tmp"))
+    lay = boot.Layout(root / "data")
+    pid = start_supervisord(lay)
+    try:
+        assert stop_services(lay, 0, only={*SERVICES, "supervisord"}) == 0
+        out = capsys.readouterr().out
+        assert not boot.alive(pid)  # at once: the stop waited for it
+        assert all(f"  {name:<12} stopped" in out for name in SERVICES), out
+        assert "could not stop" not in out and "still running" not in out, out
+    finally:
+        if boot.alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        subprocess.run(["rm", "-rf", str(root)], check=False)
