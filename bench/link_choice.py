@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from bench.second_stage import held_out
 from sparseeval.data.access.sources import read_data
+from sparseeval.data.matrix import build_matrix
 from sparseeval.estimate.fitting import fit_predictor
 from sparseeval.estimate.probe_fit import fit_link
 
@@ -43,12 +44,16 @@ TOP = 0.9
 
 
 def answers(responses: pl.DataFrame, scores: pl.DataFrame, items: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(every item's answer, the score) of the models of ``scores`` that answered every one of ``items``."""
-    wide = scores.select("model", "score").join(responses.pivot(on="item_id", index="model", values="score"),
-                                                on="model", how="left")
-    values = wide.select(items).to_numpy().astype(np.float64)
-    full = ~np.isnan(values).any(axis=1)
-    return values[full], wide.get_column("score").to_numpy().astype(np.float64)[full]
+    """(every item's answer, the score) of the models of ``scores`` that answered every one of ``items``
+    (columns in the order of ``items``)."""
+    matrix = build_matrix(responses.filter(pl.col("model").is_in(scores.get_column("model").to_list())), scores,
+                          scores.get_column("benchmark")[0])
+    column = {item: j for j, item in enumerate(matrix.items)}
+    if missing := [i for i in items if i not in column]:
+        raise SystemExit(f"{len(missing)} of the fit's items were answered by none of these models: {missing[:3]}")
+    take = np.array([column[i] for i in items])
+    full = matrix.observed[:, take].all(axis=1)
+    return matrix.values[full][:, take].astype(np.float64), matrix.scores[full].astype(np.float64)
 
 
 def link_errors(fit_on: tuple[np.ndarray, np.ndarray], measure_on: tuple[np.ndarray, np.ndarray],

@@ -130,9 +130,7 @@ def test_supervisord_runs_the_generated_config_and_supervisorctl_lists_the_servi
         assert oct(lay.supervisor_socket.stat().st_mode & 0o777) == "0o700"
     finally:
         rpc(lay).supervisor.shutdown()
-        deadline = time.monotonic() + 10
-        while boot.alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        boot.wait_ended([pid], 10)
         subprocess.run(["rm", "-rf", str(root)], check=False)
     assert not boot.alive(pid)
 

@@ -252,10 +252,7 @@ def stop(args: argparse.Namespace) -> int:
     fg = boot.read_state(lay).get("foreground")
     if fg and fg != os.getpid() and boot.alive(fg):
         os.kill(fg, signal.SIGTERM)  # the foreground `make serve` stops everything in order
-        deadline = time.monotonic() + args.grace + 120
-        while boot.alive(fg) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if not boot.alive(fg):
+        if not boot.wait_ended([fg], args.grace + 120):
             print(f"stopped (by the serving process {fg})")
             return 0
     return stop_services(lay, args.grace)

@@ -41,6 +41,7 @@ from sparseeval.interfaces.serve.bootstrap import (
     mlflow_env,
     read_state,
     service_env,
+    wait_ended,
 )
 
 MARKER = settings.SETTINGS["service"].env
@@ -145,10 +146,7 @@ def sweep(lay: Layout, names: tuple[str, ...], wait: float = 10.0) -> list[int]:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + wait
-        while any(alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not any(alive(p) for p in pids):
+        if not wait_ended(pids, wait):
             break
     return pids
 
